@@ -1,12 +1,24 @@
-/* tandem -- command-line entry point. */
+/* tandem -- command-line entry point: `tandem train CONFIG.yaml [key=value ...]`, `tandem bench ...`. */
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/commands.h"
+#include "core/core.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tandem train CONFIG.yaml [key=value ...]   train as the YAML says (LLaMA-Factory keys)\n"
+            "       tandem bench train --preset tiny|small [--lora] [--steps N] [--warmup N]\n"
+            "       tandem bench sgemm [--n N]                   measured fp32 sgemm peak\n");
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0) {
-        printf("usage: tandem train CONFIG.yaml [key=value ...]\n");
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;
     }
-    fprintf(stderr, "tandem: error: unknown command '%s' (expected: train)\n", argv[1]);
+    if (strcmp(argv[1], "train") == 0) return tn_cmd_train(argc - 2, argv + 2);
+    if (strcmp(argv[1], "bench") == 0) return tn_cmd_bench(argc - 2, argv + 2);
+    fprintf(stderr, "tandem: error: unknown command '%s' (expected train or bench; see tandem --help)\n", argv[1]);
     return 1;
 }

@@ -21,7 +21,8 @@ typedef struct {
     /* method */
     tn_finetuning_type finetuning_type;   /* default lora (LLaMA-Factory) */
     int lora_rank;                        /* default 8 */
-    double lora_alpha;                    /* default 2 * lora_rank (LLaMA-Factory) */
+    double lora_alpha;                    /* default 2 * lora_rank (LLaMA-Factory); 0 = not given until
+                                           * tn_train_config_finish fills it in */
     double lora_dropout;                  /* default 0 */
     char lora_target[256];                /* "all" (default) or comma list of q_proj,...,down_proj */
     /* data */
@@ -34,6 +35,8 @@ typedef struct {
     int per_device_train_batch_size;      /* default 8 (HF) */
     int gradient_accumulation_steps;      /* default 1 */
     tn_sched_type lr_scheduler_type;      /* default linear (HF) */
+    int no_warmup;                        /* 1 for HF 'constant' (TN_SCHED_CONSTANT, warmup ignored);
+                                           * 0 for 'constant_with_warmup' and the others */
     double warmup_ratio;                  /* default 0 */
     int warmup_steps;                     /* default 0; wins over warmup_ratio when > 0 (HF rule) */
     double max_grad_norm;                 /* default 1.0; <= 0 disables clipping */
@@ -48,6 +51,8 @@ typedef struct {
     int overwrite_output_dir;             /* default 0 */
     /* bookkeeping */
     char source_path[TN_PATH_MAX];        /* the YAML file this came from */
+    unsigned cli_paths;                   /* path keys set by a command-line override (kept relative to
+                                           * the working directory by finish); bits are private */
 } tn_train_config;
 
 void tn_train_config_defaults(tn_train_config *c);
@@ -65,8 +70,10 @@ int tn_train_config_finish(tn_train_config *c);
  * cosine: lr * max(0, 0.5 * (1 + cos(pi * progress))) ; constant (with warmup). step counts from 0
  * (the lr used for the first optimizer step is lr_at(0)). */
 double tn_lr_at(tn_sched_type type, double base_lr, int step, int warmup_steps, int total_steps);
-/* HF: warmup_steps if > 0 else ceil(warmup_ratio * total_steps). */
+/* HF: warmup_steps if > 0 else ceil(warmup_ratio * total_steps); 0 when c->no_warmup ('constant'). */
 int tn_warmup_steps(const tn_train_config *c, int total_steps);
-const char *tn_sched_name(tn_sched_type t);
+const char *tn_sched_name(tn_sched_type t); /* TN_SCHED_CONSTANT -> "constant_with_warmup" */
+/* The HF name of c's schedule: "constant" when c->no_warmup, else tn_sched_name(). */
+const char *tn_train_config_sched_name(const tn_train_config *c);
 
 #endif

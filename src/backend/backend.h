@@ -1,0 +1,89 @@
+/* backend -- the compute interface the model and trainer are written against.
+ *
+ * Owns: where tensors live (device memory), and every kernel the forward/backward/optimizer needs.
+ * The model and trainer only hold pointers returned by alloc() and call these functions, so a CUDA
+ * backend (bf16 compute, fp32 master weights) can replace the CPU one without touching them.
+ * Conventions: row-major; "T" = tokens (batch x seq); float tensors are fp32 in the CPU backend.
+ * Kernels named *_backward ACCUMULATE into parameter gradients (+=) so micro-batches add up; input
+ * gradients are written (=) unless the argument is documented as accumulated. */
+#ifndef TN_BACKEND_H
+#define TN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tn_backend tn_backend;
+
+struct tn_backend {
+    const char *name;
+    int (*num_threads)(void);
+
+    /* memory */
+    float *(*alloc)(size_t n);                       /* zeroed; fatal on failure */
+    int32_t *(*alloc_i32)(size_t n);
+    void (*free)(void *p);
+    void (*upload)(float *dst, const float *host, size_t n);
+    void (*download)(float *host, const float *src, size_t n);
+    void (*upload_i32)(int32_t *dst, const int32_t *host, size_t n);
+    void (*zero)(float *p, size_t n);
+    void (*copy)(float *dst, const float *src, size_t n);
+
+    /* C[M,N] = alpha * op(A)[M,K] op(B)[K,N] + beta * C  (row-major, leading dimensions given) */
+    void (*matmul)(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc);
+    /* y[T, ld] columns [0, n): += bias[n] (row stride ld) */
+    void (*add_bias)(float *y, const float *bias, int T, int n, int ld);
+    /* dbias[n] += sum over rows of dy[T, ld] columns [0, n) */
+    void (*bias_backward)(float *dbias, const float *dy, int T, int n, int ld);
+
+    /* out[t, :] = table[ids[t], :] */
+    void (*embedding_forward)(float *out, const float *table, const int32_t *ids, int T, int D);
+    /* dtable[ids[t], :] += dout[t, :] */
+    void (*embedding_backward)(float *dtable, const float *dout, const int32_t *ids, int T, int D);
+
+    /* y = w * (x * rstd), rstd[t] = 1/sqrt(mean(x^2) + eps) (saved for backward) */
+    void (*rmsnorm_forward)(float *y, float *rstd, const float *x, const float *w, int T, int D, float eps);
+    /* dx += d/dx (accumulated: dx holds the residual stream gradient), dw += (if dw) */
+    void (*rmsnorm_backward)(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                             const float *rstd, int T, int D);
+
+    /* rotary embedding in place on heads [T, ld], columns [0, nheads*hd), position of row t = t % S;
+     * cos/sin tables [S, hd/2]; inverse=1 applies the transpose (backward). HF rotate_half layout. */
+    void (*rope)(float *x, int T, int S, int nheads, int hd, int ld, const float *cos, const float *sin,
+                 int inverse);
+
+    /* causal grouped-query attention. qkv [B*S, ld]: q heads at column 0, k at q_cols, v at q_cols +
+     * kv_cols. out [B*S, H*hd]; lse [B, H, S] saved for backward. */
+    void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int S, int H, int KV, int hd,
+                              int ld);
+    /* dqkv [B*S, ld] written (all q, k, v columns) */
+    void (*attention_backward)(float *dqkv, const float *dout, const float *out, const float *lse,
+                               const float *qkv, int B, int S, int H, int KV, int hd, int ld);
+
+    /* gu [T, 2I] = [gate | up];  act[T, I] = silu(gate) * up */
+    void (*swiglu_forward)(float *act, const float *gu, int T, int I);
+    /* dgu [T, 2I] from dact [T, I] */
+    void (*swiglu_backward)(float *dgu, const float *dact, const float *gu, int T, int I);
+
+    /* Cross-entropy over rows of logits [T, V] against targets (-100 = ignored). Returns the sum of
+     * the per-row losses (double); *n_valid += counted rows. Overwrites logits with dlogits scaled
+     * by grad_scale (rows with ignored targets become 0). */
+    double (*cross_entropy)(float *logits, const int32_t *targets, int T, int V, float grad_scale,
+                            int64_t *n_valid);
+
+    /* dropout for LoRA inputs: y = x * keep / (1 - p), keep drawn from (seed, index) so backward can
+     * regenerate the mask; backward applies the same mask to dy in place. */
+    void (*dropout)(float *y, const float *x, size_t n, float p, uint64_t seed);
+
+    /* optimizer support */
+    double (*sumsq)(const float *x, size_t n);
+    void (*scale)(float *x, size_t n, float s);
+    /* torch AdamW: p *= 1 - lr*wd; m,v update; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps) */
+    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, double bias_corr1, double bias_corr2);
+    int (*all_finite)(const float *x, size_t n);
+};
+
+const tn_backend *tn_backend_cpu(void);
+
+#endif

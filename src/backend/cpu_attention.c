@@ -1,0 +1,124 @@
+/* cpu_attention -- causal grouped-query attention on the CPU, built from sgemm calls on row blocks.
+ *
+ * For each (sequence, kv group) and each query head of the group, rows are processed in blocks of
+ * ATT_BLOCK: scores only against keys 0..block_end (causality skips ~half the work), softmax in place,
+ * then P.V. Only the log-sum-exp per row is saved; backward recomputes P (flash-attention style), which
+ * costs one extra QK^T but keeps no [S, S] matrix per head (the memory PyTorch's eager attention holds).
+ * A (sequence, kv group) pair is one parallel task, so dK/dV of a group are accumulated by one thread. */
+#include "backend/cpu_kernels.h"
+#include "backend/vmath.h"
+#include "core/core.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#define ATT_BLOCK 64
+#define MAX_THREADS 256
+
+static struct {
+    float *p;
+    size_t cap;
+} g_scratch[MAX_THREADS][2];
+
+float *tn_cpu_thread_scratch(int slot, size_t n) {
+    int t = omp_get_thread_num();
+    if (t >= MAX_THREADS) tn_die("more than %d OpenMP threads", MAX_THREADS);
+    if (g_scratch[t][slot].cap < n) {
+        tn_free_aligned(g_scratch[t][slot].p);
+        g_scratch[t][slot].p = tn_xalloc_floats(n);
+        g_scratch[t][slot].cap = n;
+    }
+    return g_scratch[t][slot].p;
+}
+
+/* Row i of P (valid columns 0..i): P = exp(P - m), zero beyond i. Returns the row sum. */
+static float causal_exp_row(float *p, int i, int ncols, float m) {
+    float sum = 0.0f;
+    for (int j = 0; j <= i; j++) {
+        p[j] = tn_expf(p[j] - m);
+        sum += p[j];
+    }
+    for (int j = i + 1; j < ncols; j++) p[j] = 0.0f;
+    return sum;
+}
+
+void tn_cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int S, int H, int KV, int hd,
+                              int ld) {
+    const int rep = H / KV, ldo = H * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int task = 0; task < B * KV; task++) {
+        int b = task / KV, g = task % KV;
+        float *P = tn_cpu_thread_scratch(0, (size_t)ATT_BLOCK * S);
+        const float *base = qkv + (size_t)b * S * ld;
+        const float *K = base + (size_t)H * hd + (size_t)g * hd, *V = K + (size_t)KV * hd;
+        for (int h = g * rep; h < (g + 1) * rep; h++) {
+            const float *Q = base + (size_t)h * hd;
+            float *O = out + (size_t)b * S * ldo + (size_t)h * hd;
+            float *L = lse + ((size_t)b * H + h) * S;
+            for (int r0 = 0; r0 < S; r0 += ATT_BLOCK) {
+                int r1 = r0 + ATT_BLOCK < S ? r0 + ATT_BLOCK : S, nr = r1 - r0, nc = r1;
+                /* P[nr, nc] = scale * Q[r0:r1] K[0:nc]^T */
+                tn_cpu_matmul(0, 1, nr, nc, hd, scale, Q + (size_t)r0 * ld, ld, K, ld, 0.0f, P, S);
+                for (int ii = 0; ii < nr; ii++) {
+                    int i = r0 + ii;
+                    float *p = P + (size_t)ii * S, m = p[0];
+                    for (int j = 1; j <= i; j++) m = p[j] > m ? p[j] : m;
+                    float sum = causal_exp_row(p, i, nc, m), inv = 1.0f / sum;
+                    for (int j = 0; j <= i; j++) p[j] *= inv;
+                    L[i] = m + logf(sum);
+                }
+                /* O[r0:r1] = P V[0:nc] */
+                tn_cpu_matmul(0, 0, nr, hd, nc, 1.0f, P, S, V, ld, 0.0f, O + (size_t)r0 * ldo, ldo);
+            }
+        }
+    }
+}
+
+void tn_cpu_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse,
+                               const float *qkv, int B, int S, int H, int KV, int hd, int ld) {
+    const int rep = H / KV, ldo = H * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int task = 0; task < B * KV; task++) {
+        int b = task / KV, g = task % KV;
+        float *P = tn_cpu_thread_scratch(0, (size_t)ATT_BLOCK * S);
+        float *dP = tn_cpu_thread_scratch(1, (size_t)ATT_BLOCK * S);
+        const float *base = qkv + (size_t)b * S * ld;
+        const float *K = base + (size_t)H * hd + (size_t)g * hd, *V = K + (size_t)KV * hd;
+        float *dbase = dqkv + (size_t)b * S * ld;
+        float *dK = dbase + (size_t)H * hd + (size_t)g * hd, *dV = dK + (size_t)KV * hd;
+        for (int s = 0; s < S; s++) {
+            memset(dK + (size_t)s * ld, 0, (size_t)hd * sizeof(float));
+            memset(dV + (size_t)s * ld, 0, (size_t)hd * sizeof(float));
+        }
+        for (int h = g * rep; h < (g + 1) * rep; h++) {
+            const float *Q = base + (size_t)h * hd;
+            const float *O = out + (size_t)b * S * ldo + (size_t)h * hd;
+            const float *dO = dout + (size_t)b * S * ldo + (size_t)h * hd;
+            const float *L = lse + ((size_t)b * H + h) * S;
+            float *dQ = dbase + (size_t)h * hd;
+            for (int r0 = 0; r0 < S; r0 += ATT_BLOCK) {
+                int r1 = r0 + ATT_BLOCK < S ? r0 + ATT_BLOCK : S, nr = r1 - r0, nc = r1;
+                const float *Qb = Q + (size_t)r0 * ld, *dOb = dO + (size_t)r0 * ldo;
+                tn_cpu_matmul(0, 1, nr, nc, hd, scale, Qb, ld, K, ld, 0.0f, P, S);
+                for (int ii = 0; ii < nr; ii++) causal_exp_row(P + (size_t)ii * S, r0 + ii, nc, L[r0 + ii]);
+                /* dV[0:nc] += P^T dO_b ;  dP = dO_b V^T */
+                tn_cpu_matmul(1, 0, nc, hd, nr, 1.0f, P, S, dOb, ldo, 1.0f, dV, ld);
+                tn_cpu_matmul(0, 1, nr, nc, hd, 1.0f, dOb, ldo, V, ld, 0.0f, dP, S);
+                /* dS = scale * P (dP - rowsum(dO * O)) */
+                for (int ii = 0; ii < nr; ii++) {
+                    const float *o = O + (size_t)(r0 + ii) * ldo, *dor = dOb + (size_t)ii * ldo;
+                    float di = 0.0f;
+                    for (int d = 0; d < hd; d++) di += dor[d] * o[d];
+                    float *p = P + (size_t)ii * S, *dp = dP + (size_t)ii * S;
+                    for (int j = 0; j < nc; j++) dp[j] = scale * p[j] * (dp[j] - di);
+                }
+                /* dQ_b = dS K[0:nc] ;  dK[0:nc] += dS^T Q_b */
+                tn_cpu_matmul(0, 0, nr, hd, nc, 1.0f, dP, S, K, ld, 0.0f, dQ + (size_t)r0 * ld, ld);
+                tn_cpu_matmul(1, 0, nc, hd, nr, 1.0f, dP, S, Qb, ld, 1.0f, dK, ld);
+            }
+        }
+    }
+}

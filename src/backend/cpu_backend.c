@@ -1,0 +1,267 @@
+/* cpu_backend -- the fp32 CPU implementation of backend.h: memory, OpenBLAS matmul, and the
+ * elementwise/reduction kernels (OpenMP-parallel, loops written so GCC vectorises them). Attention
+ * lives in cpu_attention.c. */
+#include "backend/backend.h"
+#include "backend/cpu_kernels.h"
+#include "backend/vmath.h"
+#include "core/core.h"
+
+#include <cblas.h>
+#undef I /* <complex.h> via cblas.h */
+#include <stdlib.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+/* Column chunk for reductions over rows: each thread owns whole columns, so no partial buffers. */
+#define COL_CHUNK 64
+
+static int cpu_num_threads(void) { return omp_get_max_threads(); }
+static float *cpu_alloc(size_t n) { return tn_xalloc_floats(n); }
+static int32_t *cpu_alloc_i32(size_t n) { return tn_xcalloc(n ? n : 1, sizeof(int32_t)); }
+static void cpu_free(void *p) { free(p); }
+static void cpu_upload(float *dst, const float *host, size_t n) { memcpy(dst, host, n * sizeof *dst); }
+static void cpu_download(float *host, const float *src, size_t n) { memcpy(host, src, n * sizeof *src); }
+static void cpu_upload_i32(int32_t *dst, const int32_t *h, size_t n) { memcpy(dst, h, n * sizeof *dst); }
+static void cpu_zero(float *p, size_t n) { memset(p, 0, n * sizeof *p); }
+static void cpu_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof *dst); }
+
+void tn_cpu_matmul(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                   int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+                lda, B, ldb, beta, C, ldc);
+}
+
+static void cpu_add_bias(float *y, const float *bias, int T, int n, int ld) {
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        float *row = y + (size_t)t * ld;
+        for (int j = 0; j < n; j++) row[j] += bias[j];
+    }
+}
+
+static void cpu_bias_backward(float *dbias, const float *dy, int T, int n, int ld) {
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < n; c0 += COL_CHUNK) {
+        int c1 = c0 + COL_CHUNK < n ? c0 + COL_CHUNK : n;
+        float acc[COL_CHUNK] = {0};
+        for (int t = 0; t < T; t++) {
+            const float *row = dy + (size_t)t * ld;
+            for (int j = c0; j < c1; j++) acc[j - c0] += row[j];
+        }
+        for (int j = c0; j < c1; j++) dbias[j] += acc[j - c0];
+    }
+}
+
+static void cpu_embedding_forward(float *out, const float *table, const int32_t *ids, int T, int D) {
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) memcpy(out + (size_t)t * D, table + (size_t)ids[t] * D, (size_t)D * sizeof *out);
+}
+
+static void cpu_embedding_backward(float *dtable, const float *dout, const int32_t *ids, int T, int D) {
+    /* columns split across threads: repeated ids never race */
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < D; c0 += COL_CHUNK) {
+        int c1 = c0 + COL_CHUNK < D ? c0 + COL_CHUNK : D;
+        for (int t = 0; t < T; t++) {
+            float *dst = dtable + (size_t)ids[t] * D;
+            const float *src = dout + (size_t)t * D;
+            for (int j = c0; j < c1; j++) dst[j] += src[j];
+        }
+    }
+}
+
+static void cpu_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int T, int D, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * D;
+        float *yr = y + (size_t)t * D;
+        float ss = 0.0f;
+        for (int j = 0; j < D; j++) ss += xr[j] * xr[j];
+        float r = 1.0f / sqrtf(ss / (float)D + eps);
+        rstd[t] = r;
+        for (int j = 0; j < D; j++) yr[j] = w[j] * (xr[j] * r);
+    }
+}
+
+static void cpu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                                 const float *rstd, int T, int D) {
+    /* xhat = x r; dxhat = dy w; dx += r (dxhat - xhat mean(dxhat xhat)); dw += sum_t dy xhat */
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * D, *dyr = dy + (size_t)t * D;
+        float *dxr = dx + (size_t)t * D;
+        float r = rstd[t], dot = 0.0f;
+        for (int j = 0; j < D; j++) dot += dyr[j] * w[j] * xr[j];
+        float c = dot * r * r / (float)D;
+        for (int j = 0; j < D; j++) dxr[j] += r * (dyr[j] * w[j] - xr[j] * c);
+    }
+    if (!dw) return;
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < D; c0 += COL_CHUNK) {
+        int c1 = c0 + COL_CHUNK < D ? c0 + COL_CHUNK : D;
+        float acc[COL_CHUNK] = {0};
+        for (int t = 0; t < T; t++) {
+            const float *xr = x + (size_t)t * D, *dyr = dy + (size_t)t * D;
+            float r = rstd[t];
+            for (int j = c0; j < c1; j++) acc[j - c0] += dyr[j] * (xr[j] * r);
+        }
+        for (int j = c0; j < c1; j++) dw[j] += acc[j - c0];
+    }
+}
+
+static void cpu_rope(float *x, int T, int S, int nheads, int hd, int ld, const float *cos, const float *sin,
+                     int inverse) {
+    int half = hd / 2;
+    float sgn = inverse ? -1.0f : 1.0f;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *c = cos + (size_t)(t % S) * half, *s = sin + (size_t)(t % S) * half;
+        for (int h = 0; h < nheads; h++) {
+            float *a = x + (size_t)t * ld + (size_t)h * hd, *b = a + half;
+            /* (a, b) -> (a cos - b sin, b cos + a sin); inverse uses -sin */
+            for (int i = 0; i < half; i++) {
+                float ai = a[i], bi = b[i], si = sgn * s[i];
+                a[i] = ai * c[i] - bi * si;
+                b[i] = bi * c[i] + ai * si;
+            }
+        }
+    }
+}
+
+static void cpu_swiglu_forward(float *act, const float *gu, int T, int I) {
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *g = gu + (size_t)t * 2 * I, *u = g + I;
+        float *a = act + (size_t)t * I;
+        for (int j = 0; j < I; j++) a[j] = g[j] * tn_sigmoidf(g[j]) * u[j];
+    }
+}
+
+static void cpu_swiglu_backward(float *dgu, const float *dact, const float *gu, int T, int I) {
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *g = gu + (size_t)t * 2 * I, *u = g + I, *da = dact + (size_t)t * I;
+        float *dg = dgu + (size_t)t * 2 * I, *du = dg + I;
+        for (int j = 0; j < I; j++) {
+            float sg = tn_sigmoidf(g[j]);
+            float silu = g[j] * sg;
+            du[j] = da[j] * silu;
+            dg[j] = da[j] * u[j] * sg * (1.0f + g[j] * (1.0f - sg));
+        }
+    }
+}
+
+static double cpu_cross_entropy(float *logits, const int32_t *targets, int T, int V, float grad_scale,
+                                int64_t *n_valid) {
+    double loss = 0.0;
+    int64_t count = 0;
+#pragma omp parallel for schedule(static) reduction(+ : loss, count)
+    for (int t = 0; t < T; t++) {
+        float *row = logits + (size_t)t * V;
+        int y = targets[t];
+        if (y < 0) {
+            memset(row, 0, (size_t)V * sizeof *row);
+            continue;
+        }
+        float mx = row[0];
+        for (int j = 1; j < V; j++) mx = row[j] > mx ? row[j] : mx;
+        float sum = 0.0f;
+        for (int j = 0; j < V; j++) {
+            row[j] = tn_expf(row[j] - mx);
+            sum += row[j];
+        }
+        /* loss = lse - logit[y] = log(sum) - (logit[y] - mx) = log(sum) - log(e[y]) */
+        loss += (double)logf(sum) - (double)logf(row[y]);
+        float inv = grad_scale / sum;
+        for (int j = 0; j < V; j++) row[j] *= inv;
+        row[y] -= grad_scale;
+        count++;
+    }
+    *n_valid += count;
+    return loss;
+}
+
+static void cpu_dropout(float *y, const float *x, size_t n, float p, uint64_t seed) {
+    float keep_scale = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = tn_hash_uniform(seed, i) >= p ? x[i] * keep_scale : 0.0f;
+}
+
+static double cpu_sumsq(const float *x, size_t n) {
+    double total = 0.0;
+    /* fp32 lanes per block, fp64 across blocks: vectorised and accurate for large n */
+#pragma omp parallel for schedule(static) reduction(+ : total)
+    for (size_t b = 0; b < n; b += 4096) {
+        size_t e = b + 4096 < n ? b + 4096 : n;
+        float acc = 0.0f;
+        for (size_t i = b; i < e; i++) acc += x[i] * x[i];
+        total += acc;
+    }
+    return total;
+}
+
+static void cpu_scale(float *x, size_t n, float s) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                      float eps, float weight_decay, double bias_corr1, double bias_corr2) {
+    /* same operation order and rounding points as torch 1.13 _single_tensor_adamw */
+    float decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    float step_size = (float)((double)lr / bias_corr1);
+    float bc2_sqrt = (float)sqrt(bias_corr2);
+    float one_m_b1 = 1.0f - beta1, one_m_b2 = 1.0f - beta2;
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (size_t i = 0; i < n; i++) {
+        float pi = p[i] * decay;
+        float mi = m[i] * beta1 + g[i] * one_m_b1;
+        float vi = v[i] * beta2 + one_m_b2 * g[i] * g[i];
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p[i] = pi - step_size * (mi / denom);
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+static int cpu_all_finite(const float *x, size_t n) {
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (size_t i = 0; i < n; i++) bad |= !isfinite(x[i]);
+    return !bad;
+}
+
+static const tn_backend cpu_backend = {
+    .name = "cpu",
+    .num_threads = cpu_num_threads,
+    .alloc = cpu_alloc,
+    .alloc_i32 = cpu_alloc_i32,
+    .free = cpu_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .upload_i32 = cpu_upload_i32,
+    .zero = cpu_zero,
+    .copy = cpu_copy,
+    .matmul = tn_cpu_matmul,
+    .add_bias = cpu_add_bias,
+    .bias_backward = cpu_bias_backward,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .rope = cpu_rope,
+    .attention_forward = tn_cpu_attention_forward,
+    .attention_backward = tn_cpu_attention_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .cross_entropy = cpu_cross_entropy,
+    .dropout = cpu_dropout,
+    .sumsq = cpu_sumsq,
+    .scale = cpu_scale,
+    .adamw = cpu_adamw,
+    .all_finite = cpu_all_finite,
+};
+
+const tn_backend *tn_backend_cpu(void) { return &cpu_backend; }

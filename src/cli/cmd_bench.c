@@ -1,0 +1,147 @@
+/* cmd_bench.c -- `tandem bench train|sgemm`: one JSON line per measurement, for bench/ scripts.
+ *
+ * train: the same step as ../shared/ref/bench_ref.py (forward + loss + backward + AdamW, random tokens,
+ * labels = inputs) on its tiny/small presets; FLOPs counted with its formula (PaLM convention):
+ *   full 6 N T + 12 L D S T ;  LoRA (4 N + 6 N_lora) T + 12 L D S T ; N = base params minus the embedding.
+ * Threads come from OMP_NUM_THREADS (OpenBLAS is the OpenMP build and follows it). */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "core/core.h"
+#include "model/model.h"
+#include "trainer/optimizer.h"
+
+static int preset(const char *name, tn_model_config *c, int *B, int *S) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->model_type, sizeof c->model_type, "llama");
+    c->rope_theta = 10000.0, c->rms_norm_eps = 1e-5, c->initializer_range = 0.02;
+    c->bos_token_id = c->eos_token_id = -1;
+    if (strcmp(name, "tiny") == 0) {
+        c->vocab_size = 4096, c->hidden_size = 256, c->num_hidden_layers = 4, c->num_attention_heads = 4;
+        c->num_key_value_heads = 4, c->intermediate_size = 688, *B = 8, *S = 256;
+    } else if (strcmp(name, "small") == 0) {
+        c->vocab_size = 32000, c->hidden_size = 512, c->num_hidden_layers = 8, c->num_attention_heads = 8;
+        c->num_key_value_heads = 4, c->intermediate_size = 1376, *B = 4, *S = 512;
+    } else {
+        return tn_err("bench: unknown preset '%s' (expected tiny or small)", name);
+    }
+    c->max_position_embeddings = 2048;
+    c->head_dim = c->hidden_size / c->num_attention_heads;
+    return 0;
+}
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int bench_train(int argc, char **argv) {
+    const char *name = "tiny";
+    int lora = 0, steps = 0, warmup = 2;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) name = argv[++i];
+        else if (strcmp(argv[i], "--lora") == 0) lora = 1;
+        else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc) warmup = atoi(argv[++i]);
+        else return tn_err("bench train: unexpected argument '%s'", argv[i]);
+    }
+    tn_model_config c;
+    int B = 0, S = 0;
+    if (preset(name, &c, &B, &S) != 0 || tn_model_config_finish(&c, "bench preset") != 0) return -1;
+    if (steps <= 0) steps = strcmp(name, "tiny") == 0 ? 10 : 5;
+    tn_lora_config lc = {.r = 8, .alpha = 16, .dropout = 0, .targets = (1u << TN_LT_COUNT) - 1};
+    tn_model *m = tn_model_create(&c, lora ? &lc : NULL, tn_backend_cpu());
+    tn_model_init_random(m, 0);
+    tn_acts *a = tn_acts_create(m, B, S, 0);
+    tn_adamw *o = tn_adamw_create(m);
+    tn_adamw_hparams h = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    int32_t *ids = tn_xmalloc((size_t)B * S * sizeof *ids);
+    tn_rng rng;
+    tn_rng_seed(&rng, 1);
+    for (int i = 0; i < B * S; i++) ids[i] = (int32_t)(tn_rng_next(&rng) % (uint64_t)c.vocab_size);
+    double *ms = tn_xmalloc((size_t)steps * sizeof *ms), loss = 0;
+    int64_t T = (int64_t)B * S, targets = tn_count_targets(ids, B, S);
+    for (int i = 0; i < warmup + steps; i++) {
+        double t0 = tn_now();
+        int64_t nv = 0;
+        m->be->zero(m->grad, m->n_trainable);
+        loss = tn_model_forward_backward(m, a, ids, ids, B, S, 1.0f / (float)targets, &nv, 0) / (double)targets;
+        tn_clip_grad_norm(m, 0);
+        tn_adamw_step(o, m, &h, 1e-4);
+        if (i >= warmup) ms[i - warmup] = 1e3 * (tn_now() - t0);
+    }
+    qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
+    double med = steps % 2 ? ms[steps / 2] : 0.5 * (ms[steps / 2 - 1] + ms[steps / 2]);
+    /* FLOP model of bench_ref.py */
+    double N = 0, n_lora = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const tn_param *p = &m->params[i];
+        if (strstr(p->name, ".lora_")) n_lora += (double)p->numel;
+        else if (strcmp(p->name, "model.embed_tokens.weight") != 0) N += (double)p->numel;
+    }
+    if (c.tie_word_embeddings) N += (double)c.vocab_size * c.hidden_size;
+    double attn = 12.0 * c.num_hidden_layers * c.hidden_size * (double)S * (double)T;
+    double flops = lora ? (4 * N + 6 * n_lora) * (double)T + attn : 6 * N * (double)T + attn;
+    printf("{\"impl\":\"tandem\",\"config\":\"%s%s\",\"threads\":%d,\"batch\":%d,\"seq\":%d,\"steps\":%d,"
+           "\"ms_step\":%.2f,\"ms_min\":%.2f,\"tok_s\":%.1f,\"gflops\":%.2f,\"flops_per_step\":%.0f,"
+           "\"peak_rss_mb\":%.1f,\"acts_mb\":%.1f,\"loss\":%.5f}\n",
+           name, lora ? "-lora" : "", omp_get_max_threads(), B, S, steps, med, ms[0], (double)T / (med / 1e3),
+           flops / (med / 1e3) / 1e9, flops, peak_rss_mb(), tn_acts_bytes(a) / 1048576.0, loss);
+    free(ms);
+    free(ids);
+    tn_adamw_free(o);
+    tn_acts_free(a);
+    tn_model_free(m);
+    return 0;
+}
+
+static int bench_sgemm(int argc, char **argv) {
+    int n = 2048, reps = 10;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) n = atoi(argv[++i]);
+        else return tn_err("bench sgemm: unexpected argument '%s'", argv[i]);
+    }
+    if (n < 16 || n > 16384) return tn_err("bench sgemm: --n must be in [16, 16384]");
+    const tn_backend *be = tn_backend_cpu();
+    size_t nn = (size_t)n * n;
+    float *A = be->alloc(nn), *Bm = be->alloc(nn), *C = be->alloc(nn);
+    tn_rng rng;
+    tn_rng_seed(&rng, 3);
+    for (size_t i = 0; i < nn; i++) A[i] = (float)tn_rng_normal(&rng), Bm[i] = (float)tn_rng_normal(&rng);
+    double best = 1e30;
+    for (int r = 0; r < reps + 2; r++) {
+        double t0 = tn_now();
+        be->matmul(0, 0, n, n, n, 1.0f, A, n, Bm, n, 0.0f, C, n);
+        double dt = tn_now() - t0;
+        if (r >= 2 && dt < best) best = dt;
+    }
+    printf("{\"impl\":\"tandem\",\"config\":\"sgemm%d\",\"threads\":%d,\"gflops_best\":%.2f}\n", n,
+           omp_get_max_threads(), 2.0 * n * (double)n * n / best / 1e9);
+    be->free(A);
+    be->free(Bm);
+    be->free(C);
+    return 0;
+}
+
+int tn_cmd_bench(int argc, char **argv) {
+    int rc;
+    if (argc >= 1 && strcmp(argv[0], "train") == 0) rc = bench_train(argc - 1, argv + 1);
+    else if (argc >= 1 && strcmp(argv[0], "sgemm") == 0) rc = bench_sgemm(argc - 1, argv + 1);
+    else rc = tn_err("bench: expected 'train' or 'sgemm'");
+    if (rc != 0) {
+        fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
+        return 1;
+    }
+    return 0;
+}

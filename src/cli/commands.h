@@ -1,0 +1,8 @@
+/* commands -- the subcommands of the tandem program; each returns the process exit code. */
+#ifndef TN_COMMANDS_H
+#define TN_COMMANDS_H
+
+int tn_cmd_train(int argc, char **argv);
+int tn_cmd_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,653 @@
+/* train_config.c -- the training YAML: key table, libyaml event parsing, overrides, finish. See
+ * train_config.h.
+ *
+ * To add a key: add the field to tn_train_config, its default to tn_train_config_defaults, and one row
+ * to KEYS below (kind, bounds, the phrase used in "expects ..." errors, or a setter for anything that
+ * is not a plain string/int/number/bool). */
+#include "config/train_config.h"
+
+#include "core/core.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Key table                                                                                          */
+
+typedef enum { K_STR, K_PATH, K_INT, K_NUM, K_BOOL, K_CUSTOM } key_kind;
+
+#define MSG_MAX 512 /* one error line, before the "file:line: " prefix */
+
+struct key_def;
+/* A custom setter validates val completely before writing c; on failure it writes the whole message
+ * ("key 'x' ...") into msg and returns -1. */
+typedef int (*key_setter)(tn_train_config *c, const struct key_def *k, const char *val, char *msg);
+
+typedef struct key_def {
+    const char *name;
+    key_kind kind;
+    size_t off, size;       /* field offset and size in tn_train_config */
+    double lo, hi;          /* K_INT / K_NUM bounds */
+    unsigned char lo_open, hi_open; /* 1: bound excluded */
+    unsigned char list;     /* accepts a YAML sequence of scalars, joined with commas */
+    unsigned path_bit;      /* K_PATH: bit in c->cli_paths */
+    const char *expect;     /* "expects <expect>, got '...'" */
+    key_setter set;         /* K_CUSTOM */
+} key_def;
+
+#define FIELD(f) offsetof(tn_train_config, f), sizeof(((tn_train_config *)0)->f)
+#define NOLIM -HUGE_VAL, HUGE_VAL
+#define STR(f) K_STR, FIELD(f), NOLIM, 0, 0
+#define PATH(f) K_PATH, FIELD(f), NOLIM, 0, 0
+#define INT(f, lo, hi) K_INT, FIELD(f), lo, hi, 0, 0
+#define NUM(f, lo, hi, lo_open, hi_open) K_NUM, FIELD(f), lo, hi, lo_open, hi_open
+#define BOOL(f) K_BOOL, FIELD(f), NOLIM, 0, 0
+#define CUSTOM(f) K_CUSTOM, FIELD(f), NOLIM, 0, 0
+
+enum { PATH_MODEL = 1u, PATH_MODEL_CONFIG = 2u, PATH_OUTPUT = 4u };
+
+static int set_finetuning_type(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_lora_target(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_max_steps(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_scheduler(tn_train_config *c, const key_def *k, const char *v, char *msg);
+
+#define LORA_MODULES "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
+
+static const key_def KEYS[] = {
+    /* model */
+    {"model_name_or_path", PATH(model_name_or_path), 0, PATH_MODEL, "a path", NULL},
+    {"model_config", PATH(model_config), 0, PATH_MODEL_CONFIG, "a path", NULL},
+    /* method */
+    {"finetuning_type", CUSTOM(finetuning_type), 0, 0, "one of lora, full", set_finetuning_type},
+    {"lora_rank", INT(lora_rank, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
+    {"lora_alpha", NUM(lora_alpha, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number", NULL},
+    {"lora_dropout", NUM(lora_dropout, 0, 1, 0, 1), 0, 0, "a number in [0, 1)", NULL},
+    {"lora_target", CUSTOM(lora_target), 1, 0, "'all' or a comma list of " LORA_MODULES, set_lora_target},
+    /* data */
+    {"dataset", STR(dataset), 0, 0, "a dataset name", NULL},
+    {"cutoff_len", INT(cutoff_len, 2, INT_MAX), 0, 0, "an integer >= 2", NULL},
+    /* training */
+    {"learning_rate", NUM(learning_rate, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number", NULL},
+    {"max_steps", CUSTOM(max_steps), 0, 0, "-1 or an integer >= 1", set_max_steps},
+    {"num_train_epochs", NUM(num_train_epochs, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number", NULL},
+    {"per_device_train_batch_size", INT(per_device_train_batch_size, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
+    {"gradient_accumulation_steps", INT(gradient_accumulation_steps, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
+    {"lr_scheduler_type", CUSTOM(lr_scheduler_type), 0, 0, "one of constant, constant_with_warmup, linear, cosine",
+     set_scheduler},
+    {"warmup_ratio", NUM(warmup_ratio, 0, 1, 0, 0), 0, 0, "a number in [0, 1]", NULL},
+    {"warmup_steps", INT(warmup_steps, 0, INT_MAX), 0, 0, "an integer >= 0", NULL},
+    {"max_grad_norm", NUM(max_grad_norm, -HUGE_VAL, HUGE_VAL, 0, 0), 0, 0, "a number (<= 0 disables clipping)", NULL},
+    {"weight_decay", NUM(weight_decay, 0, HUGE_VAL, 0, 0), 0, 0, "a number >= 0", NULL},
+    {"adam_beta1", NUM(adam_beta1, 0, 1, 0, 1), 0, 0, "a number in [0, 1)", NULL},
+    {"adam_beta2", NUM(adam_beta2, 0, 1, 0, 1), 0, 0, "a number in [0, 1)", NULL},
+    {"adam_epsilon", NUM(adam_epsilon, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number", NULL},
+    {"gradient_checkpointing", BOOL(gradient_checkpointing), 0, 0, "true or false", NULL},
+    {"seed", INT(seed, INT_MIN, INT_MAX), 0, 0, "an integer", NULL},
+    /* output */
+    {"output_dir", PATH(output_dir), 0, PATH_OUTPUT, "a path", NULL},
+    {"logging_steps", INT(logging_steps, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
+    {"save_steps", INT(save_steps, 0, INT_MAX), 0, 0, "an integer >= 0", NULL},
+    {"overwrite_output_dir", BOOL(overwrite_output_dir), 0, 0, "true or false", NULL},
+};
+#define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+
+void tn_train_config_defaults(tn_train_config *c) {
+    memset(c, 0, sizeof *c);
+    c->finetuning_type = TN_FT_LORA;
+    c->lora_rank = 8;
+    c->lora_alpha = 0; /* 2 * lora_rank, filled in by finish */
+    c->lora_dropout = 0;
+    snprintf(c->lora_target, sizeof c->lora_target, "all");
+    c->cutoff_len = 2048;
+    c->learning_rate = 5e-5;
+    c->max_steps = -1;
+    c->num_train_epochs = 3.0;
+    c->per_device_train_batch_size = 8;
+    c->gradient_accumulation_steps = 1;
+    c->lr_scheduler_type = TN_SCHED_LINEAR;
+    c->no_warmup = 0;
+    c->warmup_ratio = 0;
+    c->warmup_steps = 0;
+    c->max_grad_norm = 1.0;
+    c->weight_decay = 0;
+    c->adam_beta1 = 0.9;
+    c->adam_beta2 = 0.999;
+    c->adam_epsilon = 1e-8;
+    c->gradient_checkpointing = 0;
+    c->seed = 42;
+    snprintf(c->output_dir, sizeof c->output_dir, "saves/tandem");
+    c->logging_steps = 10;
+    c->save_steps = 0;
+    c->overwrite_output_dir = 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Scalars                                                                                            */
+
+/* A value as shown in messages: quoted, cut at 80 characters. */
+static const char *shown(const char *v, char *buf, size_t n) {
+    snprintf(buf, n, "'%.80s%s'", v, strlen(v) > 80 ? "..." : "");
+    return buf;
+}
+
+static int expects(const key_def *k, const char *v, char *msg) {
+    char b[96];
+    snprintf(msg, MSG_MAX, "key '%s' expects %s, got %s", k->name, k->expect, v[0] ? shown(v, b, sizeof b) : "no value");
+    return -1;
+}
+
+/* Copy v without surrounding blanks into out (size n); 0 when it does not fit. */
+static int trimmed(const char *v, char *out, size_t n) {
+    while (*v == ' ' || *v == '\t') v++;
+    size_t len = strlen(v);
+    while (len && (v[len - 1] == ' ' || v[len - 1] == '\t')) len--;
+    if (len >= n) return 0;
+    memcpy(out, v, len);
+    out[len] = 0;
+    return 1;
+}
+
+/* YAML-style decimal number: [+-] digits [. digits] [e [+-] digits], or .5 / 5. forms. */
+static int parse_number(const char *v, double *out) {
+    char s[128];
+    if (!trimmed(v, s, sizeof s)) return 0;
+    const char *p = s;
+    int digits = 0;
+    if (*p == '+' || *p == '-') p++;
+    while (isdigit((unsigned char)*p)) p++, digits++;
+    if (*p == '.') {
+        p++;
+        while (isdigit((unsigned char)*p)) p++, digits++;
+    }
+    if (!digits) return 0;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        if (!isdigit((unsigned char)*p)) return 0;
+        while (isdigit((unsigned char)*p)) p++;
+    }
+    if (*p) return 0;
+    double d = strtod(s, NULL);
+    if (!isfinite(d)) return 0;
+    *out = d;
+    return 1;
+}
+
+/* An integer: a number whose value is integral (so "8", "+8", "1e3", "8.0"; not "3.5"). */
+static int parse_integer(const char *v, long long *out) {
+    double d;
+    if (!parse_number(v, &d) || d != floor(d) || fabs(d) > 9.0e15) return 0;
+    *out = (long long)d;
+    return 1;
+}
+
+static int parse_bool(const char *v, int *out) {
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    char s[16];
+    if (!trimmed(v, s, sizeof s)) return 0;
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) return *out = 1, 1;
+        if (strcasecmp(s, no[i]) == 0) return *out = 0, 1;
+    }
+    return 0;
+}
+
+static int in_bounds(const key_def *k, double d) {
+    if (k->lo_open ? !(d > k->lo) : !(d >= k->lo)) return 0;
+    if (k->hi_open ? !(d < k->hi) : !(d <= k->hi)) return 0;
+    return 1;
+}
+
+/* Apply one value (the text of a scalar, or list items joined with commas). */
+static int apply_value(tn_train_config *c, const key_def *k, const char *v, int from_cli, char *msg) {
+    char *field = (char *)c + k->off;
+    switch (k->kind) {
+    case K_STR:
+    case K_PATH: {
+        size_t len = strlen(v);
+        if (len >= k->size) {
+            snprintf(msg, MSG_MAX, "key '%s' value is too long (%zu characters, at most %zu)", k->name, len,
+                     k->size - 1);
+            return -1;
+        }
+        memcpy(field, v, len + 1);
+        if (k->kind == K_PATH) {
+            if (from_cli) c->cli_paths |= k->path_bit;
+            else c->cli_paths &= ~k->path_bit;
+        }
+        return 0;
+    }
+    case K_INT: {
+        long long x;
+        if (!parse_integer(v, &x) || !in_bounds(k, (double)x)) return expects(k, v, msg);
+        memcpy(field, &(int){(int)x}, sizeof(int));
+        return 0;
+    }
+    case K_NUM: {
+        double d;
+        if (!parse_number(v, &d) || !in_bounds(k, d)) return expects(k, v, msg);
+        memcpy(field, &d, sizeof d);
+        return 0;
+    }
+    case K_BOOL: {
+        int b;
+        if (!parse_bool(v, &b)) return expects(k, v, msg);
+        memcpy(field, &b, sizeof b);
+        return 0;
+    }
+    case K_CUSTOM:
+        return k->set(c, k, v, msg);
+    }
+    return expects(k, v, msg);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Custom keys                                                                                        */
+
+static int set_finetuning_type(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    char s[32];
+    if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
+    if (strcmp(s, "lora") == 0) c->finetuning_type = TN_FT_LORA;
+    else if (strcmp(s, "full") == 0) c->finetuning_type = TN_FT_FULL;
+    else if (strcmp(s, "freeze") == 0 || strcmp(s, "oft") == 0) {
+        snprintf(msg, MSG_MAX, "key '%s': '%s' is not supported yet (use lora or full)", k->name, s);
+        return -1;
+    } else return expects(k, v, msg);
+    return 0;
+}
+
+static int set_max_steps(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    long long x;
+    if (!parse_integer(v, &x) || (x != -1 && (x < 1 || x > INT_MAX))) return expects(k, v, msg);
+    c->max_steps = (int)x;
+    return 0;
+}
+
+static int set_scheduler(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    /* HF SchedulerType values tandem does not implement get a clearer message than "expects". */
+    static const char *const later[] = {"cosine_with_restarts", "polynomial", "inverse_sqrt", "reduce_lr_on_plateau",
+                                        "cosine_with_min_lr", "cosine_warmup_with_min_lr", "warmup_stable_decay"};
+    char s[64];
+    if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
+    if (strcmp(s, "constant") == 0) c->lr_scheduler_type = TN_SCHED_CONSTANT, c->no_warmup = 1;
+    else if (strcmp(s, "constant_with_warmup") == 0) c->lr_scheduler_type = TN_SCHED_CONSTANT, c->no_warmup = 0;
+    else if (strcmp(s, "linear") == 0) c->lr_scheduler_type = TN_SCHED_LINEAR, c->no_warmup = 0;
+    else if (strcmp(s, "cosine") == 0) c->lr_scheduler_type = TN_SCHED_COSINE, c->no_warmup = 0;
+    else {
+        for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
+            if (strcmp(s, later[i]) == 0) {
+                snprintf(msg, MSG_MAX, "key '%s': '%s' is not supported yet (use constant, constant_with_warmup, linear or cosine)",
+                         k->name, s);
+                return -1;
+            }
+        return expects(k, v, msg);
+    }
+    return 0;
+}
+
+static const char *const LORA_MODULE_NAMES[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+#define NMODULES ((int)(sizeof LORA_MODULE_NAMES / sizeof LORA_MODULE_NAMES[0]))
+
+static const char *closest(const char *name, const char *const *cands, int n, size_t stride);
+
+static int set_lora_target(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    char s[1024], b[96];
+    if (!trimmed(v, s, sizeof s) || !s[0]) return expects(k, v, msg);
+    if (strcmp(s, "all") == 0) {
+        snprintf(c->lora_target, sizeof c->lora_target, "all");
+        return 0;
+    }
+    int chosen[NMODULES] = {0};
+    for (char *item = s, *next; item; item = next) {
+        next = strchr(item, ',');
+        if (next) *next++ = 0;
+        char name[1024];
+        trimmed(item, name, sizeof name);
+        if (!name[0]) return expects(k, v, msg);
+        if (strcmp(name, "all") == 0) {
+            snprintf(msg, MSG_MAX, "key '%s': 'all' cannot be combined with module names, got %s", k->name,
+                     shown(v, b, sizeof b));
+            return -1;
+        }
+        int m = 0;
+        while (m < NMODULES && strcmp(name, LORA_MODULE_NAMES[m]) != 0) m++;
+        if (m == NMODULES) {
+            const char *hint = closest(name, LORA_MODULE_NAMES, NMODULES, sizeof LORA_MODULE_NAMES[0]);
+            snprintf(msg, MSG_MAX, "key '%s': module %s is not known%s%s%s; expected 'all' or a comma list of " LORA_MODULES,
+                     k->name, shown(name, b, sizeof b), hint ? " (did you mean '" : "", hint ? hint : "", hint ? "'?)" : "");
+            return -1;
+        }
+        chosen[m] = 1;
+    }
+    /* Canonical form: module order of the table, no blanks, no repeats. */
+    char out[sizeof c->lora_target];
+    size_t len = 0;
+    out[0] = 0;
+    for (int m = 0; m < NMODULES; m++)
+        if (chosen[m]) len += (size_t)snprintf(out + len, sizeof out - len, "%s%s", len ? "," : "", LORA_MODULE_NAMES[m]);
+    memcpy(c->lora_target, out, len + 1);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Key lookup and suggestions                                                                         */
+
+static size_t levenshtein(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 64 || m > 64) return (size_t)-1;
+    size_t row[65];
+    for (size_t j = 0; j <= m; j++) row[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t up = row[j];
+            size_t best = diag + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
+/* The candidate closest to name when reasonably close (distance <= max(2, len/3), and less than
+ * name's length), else NULL. cands: n strings, `stride` bytes apart (a table's name member). */
+static const char *closest(const char *name, const char *const *cands, int n, size_t stride) {
+    const char *best = NULL;
+    size_t bestd = (size_t)-1, len = strlen(name);
+    for (int i = 0; i < n; i++) {
+        const char *cand = *(const char *const *)((const char *)cands + (size_t)i * stride);
+        size_t d = levenshtein(name, cand);
+        if (d < bestd) bestd = d, best = cand;
+    }
+    size_t limit = len / 3 > 2 ? len / 3 : 2;
+    return best && bestd <= limit && bestd < len ? best : NULL;
+}
+
+static int find_key(const char *name) {
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(KEYS[i].name, name) == 0) return i;
+    return -1;
+}
+
+static void unknown_key(const char *name, char *msg) {
+    char b[96];
+    const char *hint = closest(name, &KEYS[0].name, NKEYS, sizeof KEYS[0]);
+    if (hint) snprintf(msg, MSG_MAX, "key %s is not known (did you mean '%s'?)", shown(name, b, sizeof b), hint);
+    else snprintf(msg, MSG_MAX, "key %s is not known", shown(name, b, sizeof b));
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* YAML                                                                                               */
+
+typedef struct {
+    yaml_parser_t parser;
+    const char *file;
+    const char *text; /* for the line of a reader (encoding) error */
+    tn_train_config *c;
+    int first_line[NKEYS]; /* 0: not seen yet */
+} parse_state;
+
+static int line_of(yaml_mark_t m) { return (int)m.line + 1; }
+
+static int next_event(parse_state *st, yaml_event_t *ev) {
+    yaml_parser_t *p = &st->parser;
+    if (yaml_parser_parse(p, ev)) return 0;
+    if (p->error == YAML_MEMORY_ERROR) tn_die("out of memory parsing %s", st->file);
+    if (p->error == YAML_READER_ERROR) {
+        int line = 1;
+        for (size_t i = 0; i < p->problem_offset && st->text[i]; i++) line += st->text[i] == '\n';
+        return tn_err("%s:%d: YAML syntax error: %s (at byte %zu)", st->file, line,
+                      p->problem ? p->problem : "unreadable text", p->problem_offset);
+    }
+    const char *problem = p->problem ? p->problem : "invalid YAML";
+    if (p->context)
+        return tn_err("%s:%d: YAML syntax error: %s (%s on line %d)", st->file, line_of(p->problem_mark), problem,
+                      p->context, line_of(p->context_mark));
+    return tn_err("%s:%d: YAML syntax error: %s", st->file, line_of(p->problem_mark), problem);
+}
+
+/* Plain ~, null, Null, NULL or nothing: YAML's null. */
+static int is_null_scalar(const yaml_event_t *ev) {
+    if (ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return 0;
+    const char *v = (const char *)ev->data.scalar.value;
+    return !v[0] || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL");
+}
+
+static const char *node_kind(yaml_event_type_t t) {
+    return t == YAML_SEQUENCE_START_EVENT ? "a list" : t == YAML_MAPPING_START_EVENT ? "a mapping" : "an alias";
+}
+
+/* After the key's scalar: read its value (scalar or, for list keys, a sequence of scalars) and apply.
+ * Errors about the value name the key's line. */
+static int read_value(parse_state *st, const key_def *k, int line) {
+    yaml_event_t ev;
+    char msg[MSG_MAX];
+    if (next_event(st, &ev)) return -1;
+    int rc = 0;
+    if (ev.type == YAML_SCALAR_EVENT) {
+        const char *v = is_null_scalar(&ev) ? "" : (const char *)ev.data.scalar.value;
+        rc = apply_value(st->c, k, v, 0, msg);
+    } else if (ev.type == YAML_SEQUENCE_START_EVENT && k->list) {
+        size_t cap = 64, len = 0;
+        char *joined = tn_xmalloc(cap);
+        joined[0] = 0;
+        for (;;) {
+            yaml_event_t item;
+            if (next_event(st, &item)) {
+                free(joined);
+                yaml_event_delete(&ev);
+                return -1;
+            }
+            if (item.type == YAML_SEQUENCE_END_EVENT) {
+                yaml_event_delete(&item);
+                break;
+            }
+            if (item.type != YAML_SCALAR_EVENT) {
+                int l = line_of(item.start_mark);
+                const char *what = node_kind(item.type);
+                yaml_event_delete(&item);
+                free(joined);
+                yaml_event_delete(&ev);
+                return tn_err("%s:%d: key '%s' list items must be single values, got %s", st->file, l, k->name, what);
+            }
+            size_t n = item.data.scalar.length;
+            if (len + n + 2 > cap) {
+                while (len + n + 2 > cap) cap *= 2;
+                joined = tn_xrealloc(joined, cap);
+            }
+            if (len) joined[len++] = ',';
+            memcpy(joined + len, item.data.scalar.value, n);
+            len += n;
+            joined[len] = 0;
+            yaml_event_delete(&item);
+        }
+        rc = apply_value(st->c, k, joined, 0, msg);
+        free(joined);
+    } else if (ev.type == YAML_MAPPING_START_EVENT) {
+        yaml_event_delete(&ev);
+        return tn_err("%s:%d: key '%s' has a nested mapping as its value; expected a single value", st->file, line,
+                      k->name);
+    } else if (ev.type == YAML_SEQUENCE_START_EVENT) {
+        yaml_event_delete(&ev);
+        return tn_err("%s:%d: key '%s' expects %s, got a list", st->file, line, k->name, k->expect);
+    } else {
+        yaml_event_delete(&ev);
+        return tn_err("%s:%d: key '%s': YAML aliases are not supported", st->file, line, k->name);
+    }
+    yaml_event_delete(&ev);
+    return rc ? tn_err("%s:%d: %s", st->file, line, msg) : 0;
+}
+
+static int read_mapping(parse_state *st) {
+    for (;;) {
+        yaml_event_t ev;
+        char msg[MSG_MAX];
+        if (next_event(st, &ev)) return -1;
+        int line = line_of(ev.start_mark);
+        if (ev.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&ev);
+            return 0;
+        }
+        if (ev.type != YAML_SCALAR_EVENT) {
+            const char *what = node_kind(ev.type);
+            yaml_event_delete(&ev);
+            return tn_err("%s:%d: keys must be plain names, got %s", st->file, line, what);
+        }
+        int ki = find_key((const char *)ev.data.scalar.value);
+        if (ki < 0) unknown_key((const char *)ev.data.scalar.value, msg);
+        yaml_event_delete(&ev);
+        if (ki < 0) return tn_err("%s:%d: %s", st->file, line, msg);
+        if (st->first_line[ki])
+            return tn_err("%s:%d: key '%s' is given twice (first on line %d)", st->file, line, KEYS[ki].name,
+                          st->first_line[ki]);
+        st->first_line[ki] = line;
+        if (read_value(st, &KEYS[ki], line)) return -1;
+    }
+}
+
+static int read_stream(parse_state *st) {
+    yaml_event_t ev;
+    if (next_event(st, &ev)) return -1; /* STREAM_START */
+    yaml_event_delete(&ev);
+    if (next_event(st, &ev)) return -1;
+    if (ev.type == YAML_STREAM_END_EVENT) {
+        yaml_event_delete(&ev);
+        return tn_err("%s:1: no settings found; expected a mapping of training keys (key: value lines)", st->file);
+    }
+    yaml_event_delete(&ev); /* DOCUMENT_START */
+    if (next_event(st, &ev)) return -1;
+    int line = line_of(ev.start_mark);
+    if (ev.type != YAML_MAPPING_START_EVENT) {
+        const char *what = ev.type != YAML_SCALAR_EVENT ? node_kind(ev.type)
+                           : is_null_scalar(&ev)         ? "an empty document"
+                                                         : "a single value";
+        yaml_event_delete(&ev);
+        return tn_err("%s:%d: the top level must be a mapping of training keys (key: value lines), got %s", st->file,
+                      line, what);
+    }
+    yaml_event_delete(&ev);
+    if (read_mapping(st)) return -1;
+    if (next_event(st, &ev)) return -1; /* DOCUMENT_END */
+    yaml_event_delete(&ev);
+    if (next_event(st, &ev)) return -1;
+    line = line_of(ev.start_mark);
+    int more = ev.type != YAML_STREAM_END_EVENT;
+    yaml_event_delete(&ev);
+    if (more) return tn_err("%s:%d: only one YAML document is allowed (found a second one)", st->file, line);
+    return 0;
+}
+
+int tn_train_config_parse(const char *yaml_text, const char *path_for_errors, tn_train_config *c) {
+    tn_train_config_defaults(c);
+    const char *file = path_for_errors && path_for_errors[0] ? path_for_errors : "<config>";
+    if (path_for_errors) {
+        if (strlen(path_for_errors) >= sizeof c->source_path)
+            return tn_err("%.100s...: config path is too long (at most %zu characters)", path_for_errors,
+                          sizeof c->source_path - 1);
+        snprintf(c->source_path, sizeof c->source_path, "%s", path_for_errors);
+    }
+    parse_state *st = tn_xcalloc(1, sizeof *st);
+    st->file = file;
+    st->text = yaml_text;
+    st->c = c;
+    if (!yaml_parser_initialize(&st->parser)) tn_die("out of memory creating a YAML parser");
+    yaml_parser_set_input_string(&st->parser, (const unsigned char *)yaml_text, strlen(yaml_text));
+    int rc = read_stream(st);
+    yaml_parser_delete(&st->parser);
+    free(st);
+    return rc;
+}
+
+int tn_train_config_load(const char *path, tn_train_config *c) {
+    char *text = tn_read_file(path, NULL, 1 << 20);
+    if (!text) {
+        tn_train_config_defaults(c);
+        return -1;
+    }
+    int rc = tn_train_config_parse(text, path, c);
+    free(text);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Overrides and finish                                                                               */
+
+int tn_train_config_override(tn_train_config *c, const char *key_eq_value) {
+    char msg[MSG_MAX], b[96];
+    const char *eq = strchr(key_eq_value, '=');
+    if (!eq) return tn_err("command line: override %s is not key=value", shown(key_eq_value, b, sizeof b));
+    char key[128];
+    size_t klen = (size_t)(eq - key_eq_value);
+    if (klen >= sizeof key) return tn_err("command line: override key is too long in %s", shown(key_eq_value, b, sizeof b));
+    memcpy(key, key_eq_value, klen);
+    key[klen] = 0;
+    char name[128];
+    trimmed(key, name, sizeof name);
+    int ki = find_key(name);
+    if (ki < 0) {
+        unknown_key(name, msg);
+        return tn_err("command line: %s", msg);
+    }
+    const key_def *k = &KEYS[ki];
+    const char *v = eq + 1;
+    char *copy = NULL;
+    if (k->list) { /* "[a, b]" as well as "a,b" */
+        char t[1024];
+        size_t n;
+        if (trimmed(v, t, sizeof t) && (n = strlen(t)) >= 2 && t[0] == '[' && t[n - 1] == ']') {
+            t[n - 1] = 0;
+            v = copy = tn_xstrdup(t + 1);
+        }
+    }
+    int rc = apply_value(c, k, v, 1, msg);
+    free(copy);
+    return rc ? tn_err("command line: %s", msg) : 0;
+}
+
+/* Relative path p: when YAML_DIR/p exists, p becomes YAML_DIR/p. */
+static int resolve_path(const tn_train_config *c, const char *key, char *p, size_t size) {
+    if (!p[0] || p[0] == '/') return 0;
+    const char *slash = strrchr(c->source_path, '/');
+    if (!slash) return 0; /* the YAML is in the working directory: nothing to do */
+    size_t dlen = (size_t)(slash - c->source_path);
+    char dir[TN_PATH_MAX];
+    if (dlen == 0) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)dlen, c->source_path);
+    char *joined = tn_path_join(dir, p);
+    int rc = 0;
+    if (tn_file_exists(joined)) {
+        if (strlen(joined) >= size)
+            rc = tn_err("%s: key '%s': path %s is too long (at most %zu characters)", c->source_path, key, joined,
+                        size - 1);
+        else snprintf(p, size, "%s", joined);
+    }
+    free(joined);
+    return rc;
+}
+
+int tn_train_config_finish(tn_train_config *c) {
+    const char *file = c->source_path[0] ? c->source_path : "<config>";
+    if (!c->model_name_or_path[0] && !c->model_config[0])
+        return tn_err("%s: set 'model_name_or_path' (a Hugging Face model folder) or 'model_config' (a config.json "
+                      "for a fresh random model)",
+                      file);
+    if (c->model_name_or_path[0] && c->model_config[0])
+        return tn_err("%s: 'model_name_or_path' and 'model_config' are both set; set only one", file);
+    if (!c->output_dir[0]) return tn_err("%s: key 'output_dir' must not be empty", file);
+    if (c->lora_alpha <= 0) c->lora_alpha = 2.0 * c->lora_rank;
+    for (int i = 0; i < NKEYS; i++) {
+        const key_def *k = &KEYS[i];
+        if (k->kind != K_PATH || (c->cli_paths & k->path_bit)) continue;
+        if (resolve_path(c, k->name, (char *)c + k->off, k->size)) return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,52 @@
+/* dataset.c -- dataset lifetime, epoch sampler, batch assembly. See dataset.h. */
+#include "data/dataset.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+void tn_dataset_free(tn_dataset *d) {
+    free(d->ids);
+    free(d->labels);
+    memset(d, 0, sizeof *d);
+}
+
+static void shuffle_epoch(tn_sampler *s, int epoch) {
+    tn_rng rng;
+    tn_rng_seed(&rng, s->seed * 1000003ull + (uint64_t)epoch);
+    for (int i = 0; i < s->n; i++) s->order[i] = i;
+    for (int i = s->n - 1; i > 0; i--) { /* Fisher-Yates */
+        int j = (int)(tn_rng_next(&rng) % (uint64_t)(i + 1));
+        int32_t t = s->order[i];
+        s->order[i] = s->order[j];
+        s->order[j] = t;
+    }
+    s->epoch = epoch;
+}
+
+void tn_sampler_init(tn_sampler *s, int n, uint64_t seed) {
+    s->n = n;
+    s->seed = seed;
+    s->order = tn_xmalloc((size_t)(n ? n : 1) * sizeof *s->order);
+    shuffle_epoch(s, 0);
+}
+
+void tn_sampler_free(tn_sampler *s) {
+    free(s->order);
+    s->order = NULL;
+}
+
+int tn_sampler_get(tn_sampler *s, int64_t k) {
+    int epoch = (int)(k / s->n);
+    if (epoch != s->epoch) shuffle_epoch(s, epoch);
+    return s->order[k % s->n];
+}
+
+void tn_batch_fill(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, int32_t *ids, int32_t *labels) {
+    for (int b = 0; b < B; b++) {
+        int i = tn_sampler_get(s, k0 + b);
+        memcpy(ids + (size_t)b * d->S, d->ids + (size_t)i * d->S, (size_t)d->S * sizeof *ids);
+        memcpy(labels + (size_t)b * d->S, d->labels + (size_t)i * d->S, (size_t)d->S * sizeof *labels);
+    }
+}

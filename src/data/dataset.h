@@ -1,0 +1,45 @@
+/* dataset -- tokenized training samples, padded to a fixed length, and the per-epoch sampler.
+ *
+ * Owns: tn_dataset (n samples x S tokens: input_ids and HF-aligned labels, -100 = not trained),
+ * the bundled demo tasks (generated here, byte-level vocabulary: no download), and batch assembly.
+ * Samples are right-padded with the PAD id and label -100, so a causal model needs no attention mask. */
+#ifndef TN_DATASET_H
+#define TN_DATASET_H
+
+#include <stdint.h>
+
+/* Byte-level vocabulary of the demo tasks: ids 0..255 are bytes, then three specials. */
+enum { TN_BYTE_BOS = 256, TN_BYTE_EOS = 257, TN_BYTE_PAD = 258, TN_BYTE_VOCAB = 259 };
+
+typedef struct {
+    int n, S;
+    int32_t *ids;     /* [n, S] */
+    int32_t *labels;  /* [n, S] */
+} tn_dataset;
+
+void tn_dataset_free(tn_dataset *d);
+
+/* Demo task "demo_addition": "a+b=" -> the digits of a+b then EOS, a, b in [0, 10^digits). The prompt
+ * is masked (only the answer and EOS are trained). Problems are split deterministically: a problem is
+ * held out iff hash(a, b) falls in the eval fraction, so training never sees an eval problem.
+ * which: 0 = training split, 1 = held-out split. */
+int tn_demo_addition(int digits, int n, int which, uint64_t seed, int S, tn_dataset *d);
+/* Encode prompt bytes for generation: BOS + text. Returns the length written (<= cap). */
+int tn_demo_encode_prompt(const char *text, int32_t *ids, int cap);
+
+/* Epoch sampler: a permutation of [0, n) drawn from (seed, epoch); sample k of the run is
+ * order(epoch = k / n)[k % n]. */
+typedef struct {
+    int n;
+    uint64_t seed;
+    int epoch;
+    int32_t *order;
+} tn_sampler;
+
+void tn_sampler_init(tn_sampler *s, int n, uint64_t seed);
+void tn_sampler_free(tn_sampler *s);
+int tn_sampler_get(tn_sampler *s, int64_t k);
+/* Copy samples k0 .. k0+B-1 (sampler order) into ids/labels [B, S]. */
+void tn_batch_fill(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, int32_t *ids, int32_t *labels);
+
+#endif

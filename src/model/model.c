@@ -1,0 +1,252 @@
+/* model.c -- parameter layout, HF names, random init. Loading/saving is in model_io.c. */
+#include "model/model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+const char *const tn_lora_target_names[TN_LT_COUNT] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                        "gate_proj", "up_proj", "down_proj"};
+static const char *const target_module[TN_LT_COUNT] = {"self_attn", "self_attn", "self_attn", "self_attn",
+                                                       "mlp",       "mlp",       "mlp"};
+
+int tn_lora_parse_targets(const char *list, unsigned *mask) {
+    *mask = 0;
+    char *copy = tn_xstrdup(list), *save = NULL;
+    for (char *tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        if (strcmp(tok, "all") == 0) {
+            *mask = (1u << TN_LT_COUNT) - 1;
+            continue;
+        }
+        int found = -1;
+        for (int t = 0; t < TN_LT_COUNT; t++)
+            if (strcmp(tok, tn_lora_target_names[t]) == 0) found = t;
+        if (found < 0) {
+            tn_err("lora_target: '%s' is not a projection of this model (expected all or q_proj, k_proj, v_proj, "
+                   "o_proj, gate_proj, up_proj, down_proj)", tok);
+            free(copy);
+            return -1;
+        }
+        *mask |= 1u << found;
+    }
+    free(copy);
+    if (!*mask) return tn_err("lora_target: no projection named");
+    return 0;
+}
+
+/* in/out features of a LoRA target */
+static void target_dims(const tn_model *m, int t, int *in, int *out) {
+    int q = m->H * m->hd, kv = m->KV * m->hd;
+    switch (t) {
+    case TN_LT_Q: *in = m->D, *out = q; break;
+    case TN_LT_K:
+    case TN_LT_V: *in = m->D, *out = kv; break;
+    case TN_LT_O: *in = q, *out = m->D; break;
+    case TN_LT_GATE:
+    case TN_LT_UP: *in = m->D, *out = m->I; break;
+    default: *in = m->I, *out = m->D; break;
+    }
+}
+
+typedef struct {
+    tn_model *m;
+    int cap;
+    size_t offset;
+    int pass_trainable; /* which tensors this pass adds: 1 = trainable ones, 0 = frozen ones */
+} layout_builder;
+
+static void add_param(layout_builder *lb, int trainable, int ndim, int64_t d0, int64_t d1, const char *fmt, ...)
+    TN_PRINTF(6, 7);
+
+static void add_param(layout_builder *lb, int trainable, int ndim, int64_t d0, int64_t d1, const char *fmt, ...) {
+    if (trainable != lb->pass_trainable) return;
+    tn_model *m = lb->m;
+    if (m->n_params == lb->cap) {
+        lb->cap = lb->cap ? 2 * lb->cap : 64;
+        m->params = tn_xrealloc(m->params, (size_t)lb->cap * sizeof *m->params);
+    }
+    tn_param *p = &m->params[m->n_params++];
+    memset(p, 0, sizeof *p);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->name, sizeof p->name, fmt, ap);
+    va_end(ap);
+    p->ndim = ndim;
+    p->shape[0] = d0;
+    p->shape[1] = ndim > 1 ? d1 : 1;
+    p->numel = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
+    p->offset = lb->offset;
+    p->trainable = trainable;
+    p->decay = ndim >= 2;
+    lb->offset += p->numel;
+}
+
+/* One pass over every tensor in slab order; only those whose trainability matches pass_trainable land. */
+static void layout_pass(layout_builder *lb) {
+    tn_model *m = lb->m;
+    const tn_model_config *c = &m->cfg;
+    int full = m->lora.r == 0, q = m->H * m->hd, kv = m->KV * m->hd;
+    if (!full) {
+        for (int l = 0; l < m->L; l++)
+            for (int t = 0; t < TN_LT_COUNT; t++) {
+                if (!(m->lora.targets & (1u << t))) continue;
+                int in, out;
+                target_dims(m, t, &in, &out);
+                const char *mod = target_module[t], *nm = tn_lora_target_names[t];
+                add_param(lb, 1, 2, m->lora.r, in, "model.layers.%d.%s.%s.lora_A.weight", l, mod, nm);
+                add_param(lb, 1, 2, out, m->lora.r, "model.layers.%d.%s.%s.lora_B.weight", l, mod, nm);
+            }
+    }
+    add_param(lb, full, 2, m->V, m->D, "model.embed_tokens.weight");
+    for (int l = 0; l < m->L; l++) {
+        add_param(lb, full, 1, m->D, 0, "model.layers.%d.input_layernorm.weight", l);
+        add_param(lb, full, 2, q, m->D, "model.layers.%d.self_attn.q_proj.weight", l);
+        add_param(lb, full, 2, kv, m->D, "model.layers.%d.self_attn.k_proj.weight", l);
+        add_param(lb, full, 2, kv, m->D, "model.layers.%d.self_attn.v_proj.weight", l);
+        if (c->qkv_bias) {
+            add_param(lb, full, 1, q, 0, "model.layers.%d.self_attn.q_proj.bias", l);
+            add_param(lb, full, 1, kv, 0, "model.layers.%d.self_attn.k_proj.bias", l);
+            add_param(lb, full, 1, kv, 0, "model.layers.%d.self_attn.v_proj.bias", l);
+        }
+        add_param(lb, full, 2, m->D, q, "model.layers.%d.self_attn.o_proj.weight", l);
+        if (c->o_bias) add_param(lb, full, 1, m->D, 0, "model.layers.%d.self_attn.o_proj.bias", l);
+        add_param(lb, full, 1, m->D, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+        add_param(lb, full, 2, m->I, m->D, "model.layers.%d.mlp.gate_proj.weight", l);
+        add_param(lb, full, 2, m->I, m->D, "model.layers.%d.mlp.up_proj.weight", l);
+        add_param(lb, full, 2, m->D, m->I, "model.layers.%d.mlp.down_proj.weight", l);
+    }
+    add_param(lb, full, 1, m->D, 0, "model.norm.weight");
+    if (!c->tie_word_embeddings) add_param(lb, full, 2, m->V, m->D, "lm_head.weight");
+}
+
+const tn_param *tn_model_find(const tn_model *m, const char *name) {
+    for (int i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
+    return NULL;
+}
+
+static float *param_ptr(tn_model *m, float *slab, const char *fmt, int l, int need_trainable) {
+    char name[112];
+    snprintf(name, sizeof name, fmt, l);
+    const tn_param *p = tn_model_find(m, name);
+    if (!p || (need_trainable && !p->trainable)) return NULL;
+    return slab + p->offset;
+}
+
+/* Resolve per-layer pointers into a slab (params, or grads with frozen tensors left NULL). */
+static void bind_tensors(tn_model *m, float *slab, tn_layer_tensors *lt, int grads) {
+    for (int l = 0; l < m->L; l++) {
+        tn_layer_tensors *t = &lt[l];
+        memset(t, 0, sizeof *t);
+        t->ln1 = param_ptr(m, slab, "model.layers.%d.input_layernorm.weight", l, grads);
+        t->wqkv = param_ptr(m, slab, "model.layers.%d.self_attn.q_proj.weight", l, grads);
+        t->bqkv = param_ptr(m, slab, "model.layers.%d.self_attn.q_proj.bias", l, grads);
+        t->wo = param_ptr(m, slab, "model.layers.%d.self_attn.o_proj.weight", l, grads);
+        t->bo = param_ptr(m, slab, "model.layers.%d.self_attn.o_proj.bias", l, grads);
+        t->ln2 = param_ptr(m, slab, "model.layers.%d.post_attention_layernorm.weight", l, grads);
+        t->wgu = param_ptr(m, slab, "model.layers.%d.mlp.gate_proj.weight", l, grads);
+        t->wdown = param_ptr(m, slab, "model.layers.%d.mlp.down_proj.weight", l, grads);
+        for (int k = 0; k < TN_LT_COUNT; k++) {
+            char fmt[128];
+            snprintf(fmt, sizeof fmt, "model.layers.%%d.%s.%s.lora_A.weight", target_module[k],
+                     tn_lora_target_names[k]);
+            t->lora[k].A = param_ptr(m, slab, fmt, l, grads);
+            snprintf(fmt, sizeof fmt, "model.layers.%%d.%s.%s.lora_B.weight", target_module[k],
+                     tn_lora_target_names[k]);
+            t->lora[k].B = param_ptr(m, slab, fmt, l, grads);
+        }
+    }
+}
+
+tn_model *tn_model_create(const tn_model_config *cfg, const tn_lora_config *lora, const tn_backend *be) {
+    tn_model *m = tn_xcalloc(1, sizeof *m);
+    m->cfg = *cfg;
+    if (lora && lora->r > 0) m->lora = *lora;
+    m->be = be;
+    m->D = cfg->hidden_size, m->I = cfg->intermediate_size, m->H = cfg->num_attention_heads;
+    m->KV = cfg->num_key_value_heads, m->hd = cfg->head_dim, m->V = cfg->vocab_size, m->L = cfg->num_hidden_layers;
+    m->qkv_cols = (m->H + 2 * m->KV) * m->hd;
+    m->lora_scale = m->lora.r ? (float)(m->lora.alpha / m->lora.r) : 0.0f;
+
+    layout_builder lb = {.m = m, .pass_trainable = 1};
+    layout_pass(&lb);
+    m->n_trainable = lb.offset;
+    lb.pass_trainable = 0;
+    layout_pass(&lb);
+    m->n_total = lb.offset;
+
+    m->slab = be->alloc(m->n_total);
+    m->grad = be->alloc(m->n_trainable);
+    m->w = tn_xcalloc((size_t)m->L, sizeof *m->w);
+    m->dw = tn_xcalloc((size_t)m->L, sizeof *m->dw);
+    bind_tensors(m, m->slab, m->w, 0);
+    bind_tensors(m, m->grad, m->dw, 1);
+    m->embed = param_ptr(m, m->slab, "model.embed_tokens.weight", 0, 0);
+    m->norm = param_ptr(m, m->slab, "model.norm.weight", 0, 0);
+    m->lm_head = cfg->tie_word_embeddings ? m->embed : param_ptr(m, m->slab, "lm_head.weight", 0, 0);
+    m->d_embed = param_ptr(m, m->grad, "model.embed_tokens.weight", 0, 1);
+    m->d_norm = param_ptr(m, m->grad, "model.norm.weight", 0, 1);
+    m->d_lm_head = cfg->tie_word_embeddings ? m->d_embed : param_ptr(m, m->grad, "lm_head.weight", 0, 1);
+    return m;
+}
+
+void tn_model_free(tn_model *m) {
+    if (!m) return;
+    m->be->free(m->slab);
+    m->be->free(m->grad);
+    free(m->w);
+    free(m->dw);
+    free(m->params);
+    free(m);
+}
+
+void tn_model_get(const tn_model *m, const tn_param *p, float *host) {
+    m->be->download(host, m->slab + p->offset, p->numel);
+}
+
+void tn_model_set(tn_model *m, const tn_param *p, const float *host) {
+    m->be->upload(m->slab + p->offset, host, p->numel);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+void tn_model_init_random(tn_model *m, uint64_t seed) {
+    tn_rng rng;
+    tn_rng_seed(&rng, seed);
+    float *host = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const tn_param *p = &m->params[i];
+        if (p->numel > cap) {
+            cap = p->numel;
+            host = tn_xrealloc(host, cap * sizeof *host);
+        }
+        if (ends_with(p->name, "norm.weight")) {
+            for (size_t j = 0; j < p->numel; j++) host[j] = 1.0f;
+        } else if (ends_with(p->name, ".bias") || strstr(p->name, ".lora_B.")) {
+            memset(host, 0, p->numel * sizeof *host);
+        } else if (strstr(p->name, ".lora_A.")) {
+            double bound = 1.0 / sqrt((double)p->shape[1]); /* kaiming_uniform(a=sqrt(5)) */
+            for (size_t j = 0; j < p->numel; j++) host[j] = (float)((2.0 * tn_rng_uniform(&rng) - 1.0) * bound);
+        } else {
+            double sd = m->cfg.initializer_range;
+            for (size_t j = 0; j < p->numel; j++) host[j] = (float)(sd * tn_rng_normal(&rng));
+        }
+        tn_model_set(m, p, host);
+    }
+    free(host);
+}
+
+int64_t tn_count_targets(const int32_t *labels, int B, int S) {
+    int64_t n = 0;
+    for (int b = 0; b < B; b++)
+        for (int s = 1; s < S; s++) n += labels[(size_t)b * S + s] != -100;
+    return n;
+}

@@ -1,0 +1,108 @@
+/* model -- a LLaMA-family decoder (llama, qwen2, mistral) with optional PEFT-style LoRA.
+ *
+ * Owns: the parameter layout (one flat slab per kind of state, fixed tensor order), HF names, loading
+ * and saving HF model folders and PEFT adapters, random initialisation, and the layer-by-layer
+ * forward and backward passes (model_forward.c). Everything numeric goes through a tn_backend.
+ *
+ * Slab order: trainable tensors first, so the gradient and optimizer-moment slabs are a prefix-sized
+ * range of the parameter slab (same offsets) and a bucket or shard is a contiguous range. Within a
+ * layer, q/k/v weights are adjacent (one [q+k+v, D] matrix, one GEMM) and so are gate/up. */
+#ifndef TN_MODEL_H
+#define TN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/model_config.h"
+
+enum { TN_LT_Q, TN_LT_K, TN_LT_V, TN_LT_O, TN_LT_GATE, TN_LT_UP, TN_LT_DOWN, TN_LT_COUNT };
+extern const char *const tn_lora_target_names[TN_LT_COUNT]; /* "q_proj", ... "down_proj" */
+
+typedef struct {
+    int r;              /* 0 = no LoRA (full fine-tuning) */
+    double alpha;       /* scale = alpha / r */
+    double dropout;
+    unsigned targets;   /* bit (1 << TN_LT_*) per adapted projection */
+} tn_lora_config;
+
+/* Parse "all" or "q_proj,v_proj,..." into a target mask; -1 with tn_err on an unknown name. */
+int tn_lora_parse_targets(const char *list, unsigned *mask);
+
+typedef struct {
+    char name[112];     /* HF name, e.g. model.layers.3.self_attn.q_proj.weight */
+    int ndim;
+    int64_t shape[2];
+    size_t offset;      /* in floats, into the parameter slab (and grad/moment slabs when trainable) */
+    size_t numel;
+    int trainable;
+    int decay;          /* AdamW weight decay applies (ndim >= 2) */
+} tn_param;
+
+typedef struct {
+    float *A, *B;       /* A [r, in], B [out, r] */
+} tn_lora_pair;
+
+typedef struct {        /* pointers into a slab; NULL where absent (or frozen, for gradients) */
+    float *ln1, *wqkv, *bqkv, *wo, *bo, *ln2, *wgu, *wdown;
+    tn_lora_pair lora[TN_LT_COUNT];
+} tn_layer_tensors;
+
+typedef struct {
+    tn_model_config cfg;
+    tn_lora_config lora;
+    const tn_backend *be;
+    int D, I, H, KV, hd, V, L, qkv_cols; /* shorthand: sizes; qkv_cols = (H + 2 KV) hd */
+    float lora_scale;
+
+    int n_params;
+    tn_param *params;
+    size_t n_total, n_trainable;         /* floats */
+    float *slab;                         /* parameters [n_total] (backend memory) */
+    float *grad;                         /* gradients [n_trainable] */
+
+    float *embed, *norm, *lm_head;       /* lm_head == embed when tied */
+    float *d_embed, *d_norm, *d_lm_head; /* NULL when frozen */
+    tn_layer_tensors *w, *dw;            /* per layer */
+} tn_model;
+
+/* Build the layout and allocate zeroed slabs. lora may be NULL (full fine-tuning). */
+tn_model *tn_model_create(const tn_model_config *cfg, const tn_lora_config *lora, const tn_backend *be);
+void tn_model_free(tn_model *m);
+const tn_param *tn_model_find(const tn_model *m, const char *name);
+
+/* HF init: linear/embedding N(0, initializer_range), norms 1, biases 0; LoRA A kaiming-uniform(a=sqrt 5),
+ * B zeros (PEFT). Deterministic in seed. */
+void tn_model_init_random(tn_model *m, uint64_t seed);
+/* Base weights from an HF folder (model.safetensors or sharded index); shapes must match the config. */
+int tn_model_load_hf(tn_model *m, const char *dir);
+/* Save base weights (LoRA not merged) as an HF folder: config.json + safetensors. */
+int tn_model_save_hf(const tn_model *m, const char *dir, size_t max_shard_bytes);
+/* PEFT adapter: adapter_config.json + adapter_model.safetensors ("base_model.model." + name). */
+int tn_lora_config_load(const char *adapter_dir, tn_lora_config *lora);
+int tn_model_load_adapter(tn_model *m, const char *adapter_dir);
+int tn_model_save_adapter(const tn_model *m, const char *adapter_dir);
+/* Host copies of one tensor (for tests/exports). */
+void tn_model_get(const tn_model *m, const tn_param *p, float *host);
+void tn_model_set(tn_model *m, const tn_param *p, const float *host);
+
+/* ---- activations and passes (model_forward.c) ---- */
+typedef struct tn_acts tn_acts;
+/* Workspace for batches up to B x S; checkpointing keeps only each layer's input and recomputes. */
+tn_acts *tn_acts_create(const tn_model *m, int B, int S, int checkpointing);
+void tn_acts_free(tn_acts *a);
+size_t tn_acts_bytes(const tn_acts *a);
+
+/* Forward + cross-entropy + backward for one micro-batch [B, S] (HF label convention: position t is
+ * scored against labels[t + 1]; -100 ignored). Gradients are ACCUMULATED into m->grad, scaled by
+ * grad_scale (1 / trained tokens of the global batch). Returns the summed loss; *n_valid += targets.
+ * dropout_seed varies per micro-step (LoRA dropout masks). */
+double tn_model_forward_backward(tn_model *m, tn_acts *a, const int32_t *ids, const int32_t *labels, int B,
+                                 int S, float grad_scale, int64_t *n_valid, uint64_t dropout_seed);
+/* Forward only: logits [B*S, V] (host memory) for evaluation and generation. */
+void tn_model_logits(tn_model *m, tn_acts *a, const int32_t *ids, int B, int S, float *logits_host);
+
+/* Count of targets (labels[b][s+1] != -100) in a batch. */
+int64_t tn_count_targets(const int32_t *labels, int B, int S);
+
+#endif

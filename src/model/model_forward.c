@@ -1,0 +1,358 @@
+/* model_forward.c -- activations slab, layer_forward / layer_backward, lm_head + cross-entropy.
+ *
+ * Shapes: T = B*S tokens, D hidden, H query heads, KV key/value heads, hd head dim, I intermediate,
+ * Q3 = (H + 2 KV) hd (fused q|k|v columns), V vocab. Every tensor is row-major [rows, cols].
+ * The lm_head and loss run in chunks of TC tokens: logits for a chunk are turned into dlogits in place
+ * and consumed at once, so the [T, V] logits never exist whole. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "model/model.h"
+
+typedef struct {
+    float *xn1, *rstd1;  /* [T, D], [T]  input_layernorm output and 1/rms */
+    float *qkv;          /* [T, Q3]      q|k|v after bias, LoRA and rotary */
+    float *lse;          /* [B, H, S]    attention log-sum-exp per row */
+    float *att;          /* [T, H hd]    attention output (o_proj input) */
+    float *h;            /* [T, D]       residual after attention */
+    float *xn2, *rstd2;  /* [T, D], [T]  post_attention_layernorm */
+    float *gu;           /* [T, 2I]      gate | up pre-activations */
+    float *la[TN_LT_COUNT]; /* [T, r]    LoRA A x per adapted projection */
+} layer_acts;
+
+struct tn_acts {
+    const tn_backend *be;
+    int B, S, T, TC, checkpointing;
+    size_t n_floats;
+    float *slab;         /* every float buffer below is a range of this */
+    layer_acts *layer;   /* [L] (checkpointing: all entries alias one set) */
+    float *x;            /* [L+1, T, D]  layer inputs; x[L] = final residual stream */
+    float *xnf, *rstdf;  /* final norm output [T, D] and 1/rms [T] */
+    float *act, *dact;   /* [T, I]       silu(gate) * up and its gradient */
+    float *dres;         /* [T, D]       gradient of the residual stream */
+    float *dxn;          /* [T, D]       gradient of a norm's output */
+    float *dqkv;         /* [T, Q3] */
+    float *datt;         /* [T, H hd] */
+    float *dgu;          /* [T, 2I] */
+    float *dla;          /* [T, r] */
+    float *drop_x, *drop_dx; /* [T, max(D, I, H hd)] LoRA dropout input and its gradient */
+    float *logits;       /* [TC, V] */
+    float *rope_cos, *rope_sin; /* [S, hd/2] */
+    int32_t *ids, *targets;    /* [T] */
+    int32_t *host_targets;     /* [T] host staging */
+};
+
+/* ---------------------------------------------------------------- workspace */
+
+static float *take(float **cursor, size_t n) {
+    float *p = *cursor;
+    *cursor += (n + 15) & ~(size_t)15; /* 64-byte alignment for every buffer */
+    return p;
+}
+
+static void carve_layer(const tn_model *m, const tn_acts *a, layer_acts *s, float **cur) {
+    size_t T = (size_t)a->T;
+    s->xn1 = take(cur, T * m->D);
+    s->rstd1 = take(cur, T);
+    s->qkv = take(cur, T * m->qkv_cols);
+    s->lse = take(cur, (size_t)a->B * m->H * a->S);
+    s->att = take(cur, T * m->H * m->hd);
+    s->h = take(cur, T * m->D);
+    s->xn2 = take(cur, T * m->D);
+    s->rstd2 = take(cur, T);
+    s->gu = take(cur, T * 2 * m->I);
+    for (int k = 0; k < TN_LT_COUNT; k++)
+        s->la[k] = (m->lora.targets & (1u << k)) ? take(cur, T * m->lora.r) : NULL;
+}
+
+/* Lay out every buffer from *cur; called once to measure (base NULL) and once to assign. */
+static void carve(const tn_model *m, tn_acts *a, float *base) {
+    float *cur = base;
+    size_t T = (size_t)a->T;
+    int widest = m->D > m->I ? m->D : m->I;
+    widest = widest > m->H * m->hd ? widest : m->H * m->hd;
+    int n_sets = a->checkpointing ? 1 : m->L;
+    for (int l = 0; l < n_sets; l++) carve_layer(m, a, &a->layer[l], &cur);
+    for (int l = n_sets; l < m->L; l++) a->layer[l] = a->layer[0];
+    a->x = take(&cur, (size_t)(m->L + 1) * T * m->D);
+    a->xnf = take(&cur, T * m->D);
+    a->rstdf = take(&cur, T);
+    a->act = take(&cur, T * m->I);
+    a->dact = take(&cur, T * m->I);
+    a->dres = take(&cur, T * m->D);
+    a->dxn = take(&cur, T * m->D);
+    a->dqkv = take(&cur, T * m->qkv_cols);
+    a->datt = take(&cur, T * m->H * m->hd);
+    a->dgu = take(&cur, T * 2 * m->I);
+    a->dla = m->lora.r ? take(&cur, T * m->lora.r) : NULL;
+    a->drop_x = m->lora.dropout > 0 ? take(&cur, T * widest) : NULL;
+    a->drop_dx = m->lora.dropout > 0 ? take(&cur, T * widest) : NULL;
+    a->logits = take(&cur, (size_t)a->TC * m->V);
+    a->rope_cos = take(&cur, (size_t)a->S * m->hd / 2);
+    a->rope_sin = take(&cur, (size_t)a->S * m->hd / 2);
+    a->n_floats = (size_t)(cur - base);
+}
+
+/* HF default rotary tables: inv_freq[i] = theta^(-2i/hd), angle = pos * inv_freq (computed in double). */
+static void fill_rope(const tn_model *m, tn_acts *a) {
+    int half = m->hd / 2;
+    size_t n = (size_t)a->S * half;
+    float *c = tn_xmalloc(n * sizeof *c), *s = tn_xmalloc(n * sizeof *s);
+    for (int p = 0; p < a->S; p++)
+        for (int i = 0; i < half; i++) {
+            double inv_freq = 1.0 / pow(m->cfg.rope_theta, (double)(2 * i) / m->hd);
+            double ang = (double)p * inv_freq;
+            c[(size_t)p * half + i] = (float)cos(ang);
+            s[(size_t)p * half + i] = (float)sin(ang);
+        }
+    m->be->upload(a->rope_cos, c, n);
+    m->be->upload(a->rope_sin, s, n);
+    free(c);
+    free(s);
+}
+
+tn_acts *tn_acts_create(const tn_model *m, int B, int S, int checkpointing) {
+    tn_acts *a = tn_xcalloc(1, sizeof *a);
+    a->be = m->be;
+    a->B = B, a->S = S, a->T = B * S, a->checkpointing = checkpointing;
+    /* lm_head chunk: ~16M logits floats at most, a multiple of 64 rows */
+    int tc = (int)((1 << 24) / m->V);
+    tc = tc < 64 ? 64 : tc & ~63;
+    a->TC = tc < a->T ? tc : a->T;
+    a->layer = tn_xcalloc((size_t)m->L, sizeof *a->layer);
+    carve(m, a, NULL);
+    a->slab = m->be->alloc(a->n_floats);
+    carve(m, a, a->slab);
+    a->ids = m->be->alloc_i32((size_t)a->T);
+    a->targets = m->be->alloc_i32((size_t)a->T);
+    a->host_targets = tn_xcalloc((size_t)a->T, sizeof *a->host_targets);
+    fill_rope(m, a);
+    return a;
+}
+
+void tn_acts_free(tn_acts *a) {
+    if (!a) return;
+    a->be->free(a->slab);
+    a->be->free(a->ids);
+    a->be->free(a->targets);
+    free(a->layer);
+    free(a->host_targets);
+    free(a);
+}
+
+size_t tn_acts_bytes(const tn_acts *a) { return a->n_floats * sizeof(float); }
+
+/* ---------------------------------------------------------------- linear layers with LoRA */
+
+static uint64_t lora_seed(uint64_t seed, int layer, int target) {
+    return seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(layer * TN_LT_COUNT + target + 1));
+}
+
+/* LoRA input: x itself, or its dropout (regenerated identically in backward from the seed). */
+static const float *lora_input(const tn_model *m, tn_acts *a, const float *x, int in, uint64_t seed) {
+    if (m->lora.dropout <= 0) return x;
+    m->be->dropout(a->drop_x, x, (size_t)a->T * in, (float)m->lora.dropout, seed);
+    return a->drop_x;
+}
+
+/* y[T, out] (row stride ldy) += scale * (drop(x)[T, in] A^T) B^T ; saves la = drop(x) A^T [T, r] */
+static void lora_forward(const tn_model *m, tn_acts *a, const tn_lora_pair *w, float *la, const float *x,
+                         int in, int out, float *y, int ldy, uint64_t seed) {
+    if (!w->A) return;
+    const tn_backend *be = m->be;
+    int r = m->lora.r;
+    const float *xi = lora_input(m, a, x, in, seed);
+    be->matmul(0, 1, a->T, r, in, 1.0f, xi, in, w->A, in, 0.0f, la, r);
+    be->matmul(0, 1, a->T, out, r, m->lora_scale, la, r, w->B, r, 1.0f, y, ldy);
+}
+
+/* Given dy [T, out] (stride ldy): dB += s dy^T la ; dla = s dy B ; dA += dla^T drop(x) ; dx += drop'(dla A) */
+static void lora_backward(const tn_model *m, tn_acts *a, const tn_lora_pair *w, const tn_lora_pair *dw,
+                          const float *la, const float *x, int in, int out, const float *dy, int ldy, float *dx,
+                          uint64_t seed) {
+    if (!w->A) return;
+    const tn_backend *be = m->be;
+    int T = a->T, r = m->lora.r;
+    float s = m->lora_scale;
+    be->matmul(1, 0, out, r, T, s, dy, ldy, la, r, 1.0f, dw->B, r);
+    be->matmul(0, 0, T, r, out, s, dy, ldy, w->B, r, 0.0f, a->dla, r);
+    const float *xi = lora_input(m, a, x, in, seed);
+    be->matmul(1, 0, r, in, T, 1.0f, a->dla, r, xi, in, 1.0f, dw->A, in);
+    if (m->lora.dropout <= 0) {
+        be->matmul(0, 0, T, in, r, 1.0f, a->dla, r, w->A, in, 1.0f, dx, in);
+    } else {
+        size_t n = (size_t)T * in;
+        be->matmul(0, 0, T, in, r, 1.0f, a->dla, r, w->A, in, 0.0f, a->drop_dx, in);
+        be->dropout(a->drop_dx, a->drop_dx, n, (float)m->lora.dropout, seed); /* same mask, same 1/(1-p) */
+        for (size_t i = 0; i < n; i++) dx[i] += a->drop_dx[i]; /* CPU-only path; see backend note */
+    }
+}
+
+/* Base linear backward for y = x W^T + b: dW += dy^T x ; db += colsum(dy) ; dx = (or +=) dy W */
+static void linear_backward(const tn_model *m, int T, int in, int out, const float *dy, int ldy, const float *x,
+                            const float *W, float *dW, float *db, float *dx, float beta_dx) {
+    const tn_backend *be = m->be;
+    if (dW) be->matmul(1, 0, out, in, T, 1.0f, dy, ldy, x, in, 1.0f, dW, in);
+    if (db) be->bias_backward(db, dy, T, out, ldy);
+    be->matmul(0, 0, T, in, out, 1.0f, dy, ldy, W, in, beta_dx, dx, in);
+}
+
+/* ---------------------------------------------------------------- one decoder layer */
+
+/* out = layer(x): attention block then MLP block, both pre-norm with residuals. */
+static void layer_forward(const tn_model *m, tn_acts *a, int l, const float *x, float *out, uint64_t seed) {
+    const tn_backend *be = m->be;
+    const tn_layer_tensors *w = &m->w[l];
+    layer_acts *s = &a->layer[l];
+    const int T = a->T, D = m->D, I = m->I, Q3 = m->qkv_cols, HD = m->H * m->hd, KVD = m->KV * m->hd;
+
+    be->rmsnorm_forward(s->xn1, s->rstd1, x, w->ln1, T, D, (float)m->cfg.rms_norm_eps);
+    /* qkv [T, Q3] = xn1 [T, D] Wqkv^T [D, Q3] + b, + LoRA per projection, then rotary on q and k */
+    be->matmul(0, 1, T, Q3, D, 1.0f, s->xn1, D, w->wqkv, D, 0.0f, s->qkv, Q3);
+    if (w->bqkv) be->add_bias(s->qkv, w->bqkv, T, Q3, Q3);
+    lora_forward(m, a, &w->lora[TN_LT_Q], s->la[TN_LT_Q], s->xn1, D, HD, s->qkv, Q3, lora_seed(seed, l, TN_LT_Q));
+    lora_forward(m, a, &w->lora[TN_LT_K], s->la[TN_LT_K], s->xn1, D, KVD, s->qkv + HD, Q3,
+                 lora_seed(seed, l, TN_LT_K));
+    lora_forward(m, a, &w->lora[TN_LT_V], s->la[TN_LT_V], s->xn1, D, KVD, s->qkv + HD + KVD, Q3,
+                 lora_seed(seed, l, TN_LT_V));
+    be->rope(s->qkv, T, a->S, m->H, m->hd, Q3, a->rope_cos, a->rope_sin, 0);
+    be->rope(s->qkv + HD, T, a->S, m->KV, m->hd, Q3, a->rope_cos, a->rope_sin, 0);
+    /* att [T, H hd] = causal softmax(q k^T / sqrt(hd)) v */
+    be->attention_forward(s->att, s->lse, s->qkv, a->B, a->S, m->H, m->KV, m->hd, Q3);
+    /* h [T, D] = x + att Wo^T + bo + LoRA */
+    be->copy(s->h, x, (size_t)T * D);
+    be->matmul(0, 1, T, D, HD, 1.0f, s->att, HD, w->wo, HD, 1.0f, s->h, D);
+    if (w->bo) be->add_bias(s->h, w->bo, T, D, D);
+    lora_forward(m, a, &w->lora[TN_LT_O], s->la[TN_LT_O], s->att, HD, D, s->h, D, lora_seed(seed, l, TN_LT_O));
+    /* MLP: gu [T, 2I] = xn2 Wgu^T ; act = silu(gate) * up ; out = h + act Wdown^T */
+    be->rmsnorm_forward(s->xn2, s->rstd2, s->h, w->ln2, T, D, (float)m->cfg.rms_norm_eps);
+    be->matmul(0, 1, T, 2 * I, D, 1.0f, s->xn2, D, w->wgu, D, 0.0f, s->gu, 2 * I);
+    lora_forward(m, a, &w->lora[TN_LT_GATE], s->la[TN_LT_GATE], s->xn2, D, I, s->gu, 2 * I,
+                 lora_seed(seed, l, TN_LT_GATE));
+    lora_forward(m, a, &w->lora[TN_LT_UP], s->la[TN_LT_UP], s->xn2, D, I, s->gu + I, 2 * I,
+                 lora_seed(seed, l, TN_LT_UP));
+    be->swiglu_forward(a->act, s->gu, T, I);
+    be->copy(out, s->h, (size_t)T * D);
+    be->matmul(0, 1, T, D, I, 1.0f, a->act, I, w->wdown, I, 1.0f, out, D);
+    lora_forward(m, a, &w->lora[TN_LT_DOWN], s->la[TN_LT_DOWN], a->act, I, D, out, D,
+                 lora_seed(seed, l, TN_LT_DOWN));
+}
+
+/* a->dres holds d(out) on entry and d(x) on return; parameter gradients accumulate into m->dw[l]. */
+static void layer_backward(tn_model *m, tn_acts *a, int l, const float *x, uint64_t seed) {
+    const tn_backend *be = m->be;
+    const tn_layer_tensors *w = &m->w[l], *dw = &m->dw[l];
+    layer_acts *s = &a->layer[l];
+    const int T = a->T, D = m->D, I = m->I, Q3 = m->qkv_cols, HD = m->H * m->hd, KVD = m->KV * m->hd;
+
+    /* MLP block. act is not stored: recompute it from gu. */
+    be->swiglu_forward(a->act, s->gu, T, I);
+    linear_backward(m, T, I, D, a->dres, D, a->act, w->wdown, dw->wdown, NULL, a->dact, 0.0f);
+    lora_backward(m, a, &w->lora[TN_LT_DOWN], &dw->lora[TN_LT_DOWN], s->la[TN_LT_DOWN], a->act, I, D, a->dres, D,
+                  a->dact, lora_seed(seed, l, TN_LT_DOWN));
+    be->swiglu_backward(a->dgu, a->dact, s->gu, T, I);
+    linear_backward(m, T, D, 2 * I, a->dgu, 2 * I, s->xn2, w->wgu, dw->wgu, NULL, a->dxn, 0.0f);
+    lora_backward(m, a, &w->lora[TN_LT_GATE], &dw->lora[TN_LT_GATE], s->la[TN_LT_GATE], s->xn2, D, I, a->dgu,
+                  2 * I, a->dxn, lora_seed(seed, l, TN_LT_GATE));
+    lora_backward(m, a, &w->lora[TN_LT_UP], &dw->lora[TN_LT_UP], s->la[TN_LT_UP], s->xn2, D, I, a->dgu + I,
+                  2 * I, a->dxn, lora_seed(seed, l, TN_LT_UP));
+    be->rmsnorm_backward(a->dres, dw->ln2, a->dxn, s->h, w->ln2, s->rstd2, T, D); /* dres = dh */
+
+    /* attention block */
+    linear_backward(m, T, HD, D, a->dres, D, s->att, w->wo, dw->wo, dw->bo, a->datt, 0.0f);
+    lora_backward(m, a, &w->lora[TN_LT_O], &dw->lora[TN_LT_O], s->la[TN_LT_O], s->att, HD, D, a->dres, D,
+                  a->datt, lora_seed(seed, l, TN_LT_O));
+    be->attention_backward(a->dqkv, a->datt, s->att, s->lse, s->qkv, a->B, a->S, m->H, m->KV, m->hd, Q3);
+    be->rope(a->dqkv, T, a->S, m->H, m->hd, Q3, a->rope_cos, a->rope_sin, 1);
+    be->rope(a->dqkv + HD, T, a->S, m->KV, m->hd, Q3, a->rope_cos, a->rope_sin, 1);
+    linear_backward(m, T, D, Q3, a->dqkv, Q3, s->xn1, w->wqkv, dw->wqkv, dw->bqkv, a->dxn, 0.0f);
+    lora_backward(m, a, &w->lora[TN_LT_Q], &dw->lora[TN_LT_Q], s->la[TN_LT_Q], s->xn1, D, HD, a->dqkv, Q3, a->dxn,
+                  lora_seed(seed, l, TN_LT_Q));
+    lora_backward(m, a, &w->lora[TN_LT_K], &dw->lora[TN_LT_K], s->la[TN_LT_K], s->xn1, D, KVD, a->dqkv + HD, Q3,
+                  a->dxn, lora_seed(seed, l, TN_LT_K));
+    lora_backward(m, a, &w->lora[TN_LT_V], &dw->lora[TN_LT_V], s->la[TN_LT_V], s->xn1, D, KVD,
+                  a->dqkv + HD + KVD, Q3, a->dxn, lora_seed(seed, l, TN_LT_V));
+    be->rmsnorm_backward(a->dres, dw->ln1, a->dxn, x, w->ln1, s->rstd1, T, D); /* dres = dx */
+}
+
+/* ---------------------------------------------------------------- whole model */
+
+static void check_batch(const tn_model *m, const tn_acts *a, const int32_t *ids, const int32_t *labels, int B,
+                        int S) {
+    if (B * S > a->T || S > a->S) tn_die("batch %dx%d exceeds the workspace %dx%d", B, S, a->B, a->S);
+    for (int i = 0; i < B * S; i++) {
+        if (ids[i] < 0 || ids[i] >= m->V) tn_die("token id %d at position %d outside the vocabulary [0, %d)", ids[i], i, m->V);
+        if (labels && labels[i] != -100 && (labels[i] < 0 || labels[i] >= m->V))
+            tn_die("label %d at position %d is neither -100 nor a token id", labels[i], i);
+    }
+}
+
+/* Forward through every layer: a->x[0] = embeddings, ..., a->x[L] = final residual; xnf = final norm. */
+static void forward_layers(tn_model *m, tn_acts *a, const int32_t *ids, uint64_t seed) {
+    const tn_backend *be = m->be;
+    size_t TD = (size_t)a->T * m->D;
+    be->upload_i32(a->ids, ids, (size_t)a->T);
+    be->embedding_forward(a->x, m->embed, a->ids, a->T, m->D);
+    for (int l = 0; l < m->L; l++) layer_forward(m, a, l, a->x + l * TD, a->x + (l + 1) * TD, seed);
+    be->rmsnorm_forward(a->xnf, a->rstdf, a->x + m->L * TD, m->norm, a->T, m->D, (float)m->cfg.rms_norm_eps);
+}
+
+/* Uses a fixed B, S for the workspace: the batch must have exactly the workspace's shape. */
+static void set_shape(tn_acts *a, int B, int S) {
+    if (B != a->B || S != a->S) tn_die("batch %dx%d differs from the workspace %dx%d", B, S, a->B, a->S);
+}
+
+double tn_model_forward_backward(tn_model *m, tn_acts *a, const int32_t *ids, const int32_t *labels, int B,
+                                 int S, float grad_scale, int64_t *n_valid, uint64_t dropout_seed) {
+    const tn_backend *be = m->be;
+    set_shape(a, B, S);
+    check_batch(m, a, ids, labels, B, S);
+    const int T = a->T, D = m->D, V = m->V;
+    size_t TD = (size_t)T * D;
+    for (int b = 0; b < B; b++)
+        for (int s = 0; s < S; s++)
+            a->host_targets[b * S + s] = s + 1 < S ? labels[b * S + s + 1] : -100;
+    be->upload_i32(a->targets, a->host_targets, (size_t)T);
+
+    forward_layers(m, a, ids, dropout_seed);
+
+    /* lm_head + loss in chunks: logits -> dlogits in place -> dW_lm, dxnf */
+    double loss = 0.0;
+    for (int t0 = 0; t0 < T; t0 += a->TC) {
+        int n = t0 + a->TC < T ? a->TC : T - t0;
+        be->matmul(0, 1, n, V, D, 1.0f, a->xnf + (size_t)t0 * D, D, m->lm_head, D, 0.0f, a->logits, V);
+        loss += be->cross_entropy(a->logits, a->targets + t0, n, V, grad_scale, n_valid);
+        if (m->d_lm_head)
+            be->matmul(1, 0, V, D, n, 1.0f, a->logits, V, a->xnf + (size_t)t0 * D, D, 1.0f, m->d_lm_head, D);
+        be->matmul(0, 0, n, D, V, 1.0f, a->logits, V, m->lm_head, D, 0.0f, a->dxn + (size_t)t0 * D, D);
+    }
+    be->zero(a->dres, TD);
+    be->rmsnorm_backward(a->dres, m->d_norm, a->dxn, a->x + m->L * TD, m->norm, a->rstdf, T, D);
+
+    for (int l = m->L - 1; l >= 0; l--) {
+        if (a->checkpointing) layer_forward(m, a, l, a->x + l * TD, a->x + (l + 1) * TD, dropout_seed);
+        layer_backward(m, a, l, a->x + l * TD, dropout_seed);
+    }
+    if (m->d_embed) be->embedding_backward(m->d_embed, a->dres, a->ids, T, D);
+    return loss;
+}
+
+void tn_model_logits(tn_model *m, tn_acts *a, const int32_t *ids, int B, int S, float *logits_host) {
+    const tn_backend *be = m->be;
+    set_shape(a, B, S);
+    check_batch(m, a, ids, NULL, B, S);
+    /* no dropout at inference: a model with dropout > 0 evaluates with it disabled */
+    double p = m->lora.dropout;
+    m->lora.dropout = 0;
+    forward_layers(m, a, ids, 0);
+    m->lora.dropout = p;
+    for (int t0 = 0; t0 < a->T; t0 += a->TC) {
+        int n = t0 + a->TC < a->T ? a->TC : a->T - t0;
+        be->matmul(0, 1, n, m->V, m->D, 1.0f, a->xnf + (size_t)t0 * m->D, m->D, m->lm_head, m->D, 0.0f, a->logits,
+                   m->V);
+        be->download(logits_host + (size_t)t0 * m->V, a->logits, (size_t)n * m->V);
+    }
+}

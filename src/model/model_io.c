@@ -1,0 +1,225 @@
+/* model_io.c -- HF model folders and PEFT adapters in and out of a tn_model. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+
+#define PEFT_PREFIX "base_model.model."
+
+static int shape_matches(const st_tensor *t, const tn_param *p) {
+    if (t->ndim != p->ndim) return 0;
+    for (int d = 0; d < p->ndim; d++)
+        if (t->shape[d] != p->shape[d]) return 0;
+    return 1;
+}
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && k < n; d++) k += (size_t)snprintf(buf + k, n - k, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* Copy tensor `file_name` from a safetensors file into parameter p (converting to fp32). */
+static int load_tensor(tn_model *m, const st_file *f, const st_tensor *t, const tn_param *p, float *host) {
+    if (!shape_matches(t, p)) {
+        char want[64], got[64];
+        shape_str(want, sizeof want, p->ndim, p->shape);
+        shape_str(got, sizeof got, t->ndim, t->shape);
+        return tn_err("%s: tensor '%s' has shape %s, the config needs %s", f->path, t->name, got, want);
+    }
+    if (st_read_f32(f, t, host, (int64_t)p->numel) != 0) return -1;
+    tn_model_set(m, p, host);
+    return 0;
+}
+
+static size_t max_numel(const tn_model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_params; i++) n = m->params[i].numel > n ? m->params[i].numel : n;
+    return n;
+}
+
+int tn_model_load_hf(tn_model *m, const char *dir) {
+    st_set set;
+    if (st_set_open(&set, dir) != 0) return -1;
+    float *host = tn_xmalloc(max_numel(m) * sizeof *host);
+    int rc = 0;
+    for (int i = 0; i < m->n_params && rc == 0; i++) {
+        const tn_param *p = &m->params[i];
+        if (strstr(p->name, ".lora_")) continue;
+        const st_file *f;
+        const st_tensor *t = st_set_find(&set, p->name, &f);
+        if (!t) {
+            rc = tn_err("%s: weights have no tensor '%s' (the config.json needs it)", dir, p->name);
+            break;
+        }
+        rc = load_tensor(m, f, t, p, host);
+    }
+    free(host);
+    st_set_close(&set);
+    return rc;
+}
+
+/* Entries for every parameter that passes `want` (host copies kept alive in *bufs). */
+static int collect_entries(const tn_model *m, int lora, const char *prefix, st_entry **out, float ***bufs) {
+    int n = 0;
+    *out = tn_xcalloc((size_t)m->n_params, sizeof **out);
+    *bufs = tn_xcalloc((size_t)m->n_params, sizeof **bufs);
+    for (int i = 0; i < m->n_params; i++) {
+        const tn_param *p = &m->params[i];
+        if ((strstr(p->name, ".lora_") != NULL) != lora) continue;
+        float *host = tn_xmalloc(p->numel * sizeof *host);
+        tn_model_get(m, p, host);
+        char *name = tn_xmalloc(strlen(prefix) + strlen(p->name) + 1);
+        strcpy(name, prefix);
+        strcat(name, p->name);
+        st_entry *e = &(*out)[n];
+        e->name = name;
+        e->dtype = ST_F32;
+        e->src_dtype = ST_F32;
+        e->ndim = p->ndim;
+        e->shape[0] = p->shape[0];
+        e->shape[1] = p->shape[1];
+        e->data = host;
+        (*bufs)[n++] = host;
+    }
+    return n;
+}
+
+static void free_entries(st_entry *e, float **bufs, int n) {
+    for (int i = 0; i < n; i++) {
+        free((char *)e[i].name);
+        free(bufs[i]);
+    }
+    free(e);
+    free(bufs);
+}
+
+int tn_model_save_hf(const tn_model *m, const char *dir, size_t max_shard_bytes) {
+    if (tn_mkdirs(dir) != 0) return -1;
+    char *cfg_path = tn_path_join(dir, "config.json");
+    tn_model_config c = m->cfg;
+    snprintf(c.torch_dtype, sizeof c.torch_dtype, "float32");
+    int rc = tn_model_config_save(cfg_path, &c);
+    free(cfg_path);
+    if (rc != 0) return -1;
+    st_entry *e;
+    float **bufs;
+    int n = collect_entries(m, 0, "", &e, &bufs);
+    rc = st_set_write(dir, e, n, max_shard_bytes);
+    free_entries(e, bufs, n);
+    return rc;
+}
+
+int tn_lora_config_load(const char *adapter_dir, tn_lora_config *lora) {
+    char *path = tn_path_join(adapter_dir, "adapter_config.json");
+    size_t len;
+    char *text = tn_read_file(path, &len, 1 << 20);
+    int rc = -1;
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    if (!text) goto out;
+    if (!cJSON_IsObject(j)) {
+        tn_err("%s: not a JSON object", path);
+        goto out;
+    }
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "r");
+    const cJSON *alpha = cJSON_GetObjectItemCaseSensitive(j, "lora_alpha");
+    const cJSON *drop = cJSON_GetObjectItemCaseSensitive(j, "lora_dropout");
+    const cJSON *tm = cJSON_GetObjectItemCaseSensitive(j, "target_modules");
+    if (!cJSON_IsNumber(r) || r->valuedouble < 1 || r->valuedouble != (int)r->valuedouble) {
+        tn_err("%s: key 'r' must be a positive integer", path);
+        goto out;
+    }
+    memset(lora, 0, sizeof *lora);
+    lora->r = (int)r->valuedouble;
+    lora->alpha = cJSON_IsNumber(alpha) ? alpha->valuedouble : 8.0; /* PEFT default lora_alpha = 8 */
+    lora->dropout = cJSON_IsNumber(drop) ? drop->valuedouble : 0.0;
+    if (cJSON_IsString(tm)) {
+        if (tn_lora_parse_targets(tm->valuestring, &lora->targets) != 0) {
+            tn_err("%s: target_modules: %s", path, tn_errmsg());
+            goto out;
+        }
+    } else if (cJSON_IsArray(tm)) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, tm) {
+            unsigned one;
+            if (!cJSON_IsString(it) || tn_lora_parse_targets(it->valuestring, &one) != 0) {
+                tn_err("%s: target_modules: expected names among q_proj..down_proj", path);
+                goto out;
+            }
+            lora->targets |= one;
+        }
+    } else {
+        tn_err("%s: key 'target_modules' must be a list of projection names", path);
+        goto out;
+    }
+    rc = lora->targets ? 0 : tn_err("%s: target_modules is empty", path);
+out:
+    cJSON_Delete(j);
+    free(text);
+    free(path);
+    return rc;
+}
+
+int tn_model_load_adapter(tn_model *m, const char *adapter_dir) {
+    char *path = tn_path_join(adapter_dir, "adapter_model.safetensors");
+    st_file f;
+    int rc = st_open(&f, path);
+    free(path);
+    if (rc != 0) return -1;
+    float *host = tn_xmalloc(max_numel(m) * sizeof *host);
+    for (int i = 0; i < m->n_params && rc == 0; i++) {
+        const tn_param *p = &m->params[i];
+        if (!strstr(p->name, ".lora_")) continue;
+        char name[160];
+        snprintf(name, sizeof name, PEFT_PREFIX "%s", p->name);
+        const st_tensor *t = st_find(&f, name);
+        if (!t) {
+            /* PEFT also writes names without the adapter's ".weight"-preserving layout; accept only ours */
+            rc = tn_err("%s: adapter has no tensor '%s'", f.path, name);
+            break;
+        }
+        rc = load_tensor(m, &f, t, p, host);
+    }
+    free(host);
+    st_close(&f);
+    return rc;
+}
+
+int tn_model_save_adapter(const tn_model *m, const char *adapter_dir) {
+    if (!m->lora.r) return tn_err("save adapter: the model has no LoRA");
+    if (tn_mkdirs(adapter_dir) != 0) return -1;
+    st_entry *e;
+    float **bufs;
+    int n = collect_entries(m, 1, PEFT_PREFIX, &e, &bufs);
+    char *path = tn_path_join(adapter_dir, "adapter_model.safetensors");
+    int rc = st_write(path, e, n, NULL);
+    free(path);
+    free_entries(e, bufs, n);
+    if (rc != 0) return -1;
+
+    cJSON *j = cJSON_CreateObject(), *tm = cJSON_CreateArray();
+    for (int t = 0; t < TN_LT_COUNT; t++)
+        if (m->lora.targets & (1u << t)) cJSON_AddItemToArray(tm, cJSON_CreateString(tn_lora_target_names[t]));
+    cJSON_AddStringToObject(j, "peft_type", "LORA");
+    cJSON_AddStringToObject(j, "task_type", "CAUSAL_LM");
+    cJSON_AddNumberToObject(j, "r", m->lora.r);
+    cJSON_AddNumberToObject(j, "lora_alpha", m->lora.alpha);
+    cJSON_AddNumberToObject(j, "lora_dropout", m->lora.dropout);
+    cJSON_AddItemToObject(j, "target_modules", tm);
+    cJSON_AddStringToObject(j, "bias", "none");
+    cJSON_AddFalseToObject(j, "fan_in_fan_out");
+    cJSON_AddFalseToObject(j, "use_rslora");
+    cJSON_AddNullToObject(j, "base_model_name_or_path");
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) return tn_err("adapter_config.json: out of memory");
+    path = tn_path_join(adapter_dir, "adapter_config.json");
+    rc = tn_write_file_atomic(path, text, strlen(text));
+    free(path);
+    free(text);
+    return rc;
+}
