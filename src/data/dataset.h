@@ -19,7 +19,9 @@ typedef struct {
 
 void tn_dataset_free(tn_dataset *d);
 
-/* Demo task "demo_addition": "a+b=" -> the digits of a+b then EOS, a, b in [0, 10^digits). The prompt
+/* Demo task "demo_addition": "a+b=" -> the digits of a+b, least significant first, then EOS, with a, b in
+ * [0, 10^digits). Written that way round every digit depends only on digits already seen (the carry),
+ * which a small model learns in a minute; most-significant-first needs many times more steps. The prompt
  * is masked (only the answer and EOS are trained). Problems are split deterministically: a problem is
  * held out iff hash(a, b) falls in the eval fraction, so training never sees an eval problem.
  * which: 0 = training split, 1 = held-out split. */

@@ -8,6 +8,14 @@
 
 #define EVAL_PER_MILLE 50 /* 5% of all problems are held out */
 
+static void reverse(char *s) {
+    for (size_t i = 0, j = strlen(s); i + 1 < j; i++, j--) {
+        char t = s[i];
+        s[i] = s[j - 1];
+        s[j - 1] = t;
+    }
+}
+
 static int is_held_out(int a, int b) {
     return (int)(tn_hash_uniform(0x5EEDull, (uint64_t)a * 1000003u + (uint64_t)b) * 1000.0f) < EVAL_PER_MILLE;
 }
@@ -40,6 +48,7 @@ int tn_demo_addition(int digits, int n, int which, uint64_t seed, int S, tn_data
         char prompt[32], answer[16];
         snprintf(prompt, sizeof prompt, "%d+%d=", a, b);
         snprintf(answer, sizeof answer, "%d", a + b);
+        reverse(answer); /* least significant digit first: each digit then depends only on digits already seen */
         int32_t *ids = d->ids + (size_t)i * S, *lab = d->labels + (size_t)i * S;
         int len = tn_demo_encode_prompt(prompt, ids, S);
         for (int j = 0; j < len; j++) lab[j] = -100; /* prompt is not trained */

@@ -10,11 +10,14 @@
 
 #define EVAL_BATCH 50
 
-/* Bytes of ids[from, to) as text (specials dropped). */
-static void detok(const int32_t *ids, int from, int to, char *out, size_t cap) {
+/* Bytes of ids[from, to) as text (specials dropped); reversed = read back to front (the demo's sums
+ * are written least-significant digit first; they are shown the usual way round). */
+static void detok(const int32_t *ids, int from, int to, int reversed, char *out, size_t cap) {
     size_t n = 0;
-    for (int i = from; i < to && n + 1 < cap; i++)
+    for (int k = from; k < to && n + 1 < cap; k++) {
+        int i = reversed ? to - 1 - (k - from) : k;
         if (ids[i] < 256) out[n++] = (char)ids[i];
+    }
     out[n] = 0;
 }
 
@@ -43,11 +46,11 @@ double tn_demo_report(tn_model *m, const tn_dataset *eval, int show) {
             total++;
             if (shown < show) {
                 char prompt[64], answer[64], expect[64];
-                detok(got, 0, plen[b], prompt, sizeof prompt);
-                detok(got, plen[b], lens[b], answer, sizeof answer);
+                detok(got, 0, plen[b], 0, prompt, sizeof prompt);
+                detok(got, plen[b], lens[b], 1, answer, sizeof answer);
                 int e = plen[b];
                 while (e < S && want[e] != TN_BYTE_EOS) e++;
-                detok(want, plen[b], e, expect, sizeof expect);
+                detok(want, plen[b], e, 1, expect, sizeof expect);
                 if (ok)
                     printf("  %-10s %-6s ok\n", prompt, answer);
                 else
