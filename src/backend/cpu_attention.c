@@ -34,11 +34,7 @@ float *tn_cpu_thread_scratch(int slot, size_t n) {
 
 /* Row i of P (valid columns 0..i): P = exp(P - m), zero beyond i. Returns the row sum. */
 static float causal_exp_row(float *p, int i, int ncols, float m) {
-    float sum = 0.0f;
-    for (int j = 0; j <= i; j++) {
-        p[j] = tn_expf(p[j] - m);
-        sum += p[j];
-    }
+    float sum = tn_exp_shift_sum(p, i + 1, m);
     for (int j = i + 1; j < ncols; j++) p[j] = 0.0f;
     return sum;
 }
@@ -63,8 +59,7 @@ void tn_cpu_attention_forward(float *out, float *lse, const float *qkv, int B, i
                 tn_cpu_matmul(0, 1, nr, nc, hd, scale, Q + (size_t)r0 * ld, ld, K, ld, 0.0f, P, S);
                 for (int ii = 0; ii < nr; ii++) {
                     int i = r0 + ii;
-                    float *p = P + (size_t)ii * S, m = p[0];
-                    for (int j = 1; j <= i; j++) m = p[j] > m ? p[j] : m;
+                    float *p = P + (size_t)ii * S, m = tn_max(p, i + 1);
                     float sum = causal_exp_row(p, i, nc, m), inv = 1.0f / sum;
                     for (int j = 0; j <= i; j++) p[j] *= inv;
                     L[i] = m + logf(sum);
@@ -110,8 +105,7 @@ void tn_cpu_attention_backward(float *dqkv, const float *dout, const float *out,
                 /* dS = scale * P (dP - rowsum(dO * O)) */
                 for (int ii = 0; ii < nr; ii++) {
                     const float *o = O + (size_t)(r0 + ii) * ldo, *dor = dOb + (size_t)ii * ldo;
-                    float di = 0.0f;
-                    for (int d = 0; d < hd; d++) di += dor[d] * o[d];
+                    float di = tn_dot(dor, o, hd);
                     float *p = P + (size_t)ii * S, *dp = dP + (size_t)ii * S;
                     for (int j = 0; j < nc; j++) dp[j] = scale * p[j] * (dp[j] - di);
                 }

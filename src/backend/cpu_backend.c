@@ -77,9 +77,7 @@ static void cpu_rmsnorm_forward(float *y, float *rstd, const float *x, const flo
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * D;
         float *yr = y + (size_t)t * D;
-        float ss = 0.0f;
-        for (int j = 0; j < D; j++) ss += xr[j] * xr[j];
-        float r = 1.0f / sqrtf(ss / (float)D + eps);
+        float r = 1.0f / sqrtf(tn_dot(xr, xr, D) / (float)D + eps);
         rstd[t] = r;
         for (int j = 0; j < D; j++) yr[j] = w[j] * (xr[j] * r);
     }
@@ -92,10 +90,14 @@ static void cpu_rmsnorm_backward(float *dx, float *dw, const float *dy, const fl
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * D, *dyr = dy + (size_t)t * D;
         float *dxr = dx + (size_t)t * D;
-        float r = rstd[t], dot = 0.0f;
-        for (int j = 0; j < D; j++) dot += dyr[j] * w[j] * xr[j];
+        float r = rstd[t], dot = 0.0f, acc[TN_LANES] = {0};
+        int j = 0;
+        for (; j + TN_LANES <= D; j += TN_LANES)
+            for (int k = 0; k < TN_LANES; k++) acc[k] += dyr[j + k] * w[j + k] * xr[j + k];
+        for (; j < D; j++) dot += dyr[j] * w[j] * xr[j];
+        for (int k = 0; k < TN_LANES; k++) dot += acc[k];
         float c = dot * r * r / (float)D;
-        for (int j = 0; j < D; j++) dxr[j] += r * (dyr[j] * w[j] - xr[j] * c);
+        for (j = 0; j < D; j++) dxr[j] += r * (dyr[j] * w[j] - xr[j] * c);
     }
     if (!dw) return;
 #pragma omp parallel for schedule(static)
@@ -165,13 +167,8 @@ static double cpu_cross_entropy(float *logits, const int32_t *targets, int T, in
             memset(row, 0, (size_t)V * sizeof *row);
             continue;
         }
-        float mx = row[0];
-        for (int j = 1; j < V; j++) mx = row[j] > mx ? row[j] : mx;
-        float sum = 0.0f;
-        for (int j = 0; j < V; j++) {
-            row[j] = tn_expf(row[j] - mx);
-            sum += row[j];
-        }
+        float mx = tn_max(row, V);
+        float sum = tn_exp_shift_sum(row, V, mx);
         /* loss = lse - logit[y] = log(sum) - (logit[y] - mx) = log(sum) - log(e[y]) */
         loss += (double)logf(sum) - (double)logf(row[y]);
         float inv = grad_scale / sum;
