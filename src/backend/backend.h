@@ -79,8 +79,10 @@ struct tn_backend {
     double (*sumsq)(const float *x, size_t n);
     void (*scale)(float *x, size_t n, float s);
     /* torch AdamW: p *= 1 - lr*wd; m,v update; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps) */
-    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, double bias_corr1, double bias_corr2);
+    /* hyper-parameters in double: torch forms 1 - beta, lr * wd, lr / bc1 from Python floats, then
+     * rounds each to fp32 once */
+    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1,
+                  double beta2, double eps, double weight_decay, double bias_corr1, double bias_corr2);
     int (*all_finite)(const float *x, size_t n);
 };
 

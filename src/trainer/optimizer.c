@@ -28,9 +28,9 @@ void tn_adamw_step(tn_adamw *o, tn_model *model, const tn_adamw_hparams *h, doub
     for (int i = 0; i < model->n_params; i++) {
         const tn_param *p = &model->params[i];
         if (!p->trainable) continue;
-        float wd = p->decay ? (float)h->weight_decay : 0.0f;
+        double wd = p->decay ? h->weight_decay : 0.0;
         o->be->adamw(model->slab + p->offset, model->grad + p->offset, o->m + p->offset, o->v + p->offset, p->numel,
-                     (float)lr, (float)h->beta1, (float)h->beta2, (float)h->eps, wd, bc1, bc2);
+                     lr, h->beta1, h->beta2, h->eps, wd, bc1, bc2);
     }
 }
 

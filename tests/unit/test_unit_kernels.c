@@ -68,7 +68,7 @@ static double rms_loss(const double *x, const double *w, const double *dy, int T
 }
 
 static void test_rmsnorm(void) {
-    const int T = 5, D = 13;
+    enum { T = 5, D = 37 }; /* D > 16: the kernels' 16-lane blocks and their tail */
     const float eps = 1e-5f;
     float *x = buf(T * D), *w = buf(D), *y = buf(T * D), *rstd = buf(T), *dy = buf(T * D), *dx = buf(T * D),
           *dw = buf(D), *dx2 = buf(T * D);
@@ -80,10 +80,10 @@ static void test_rmsnorm(void) {
     fill(dx, T * D, -1, 1); /* dx accumulates: start from non-zero values */
     fill(dw, D, -1, 1);
     double *xd = malloc(sizeof(double) * T * D), *wd = malloc(sizeof(double) * D), *dyd = malloc(sizeof(double) * T * D);
-    double *yr = malloc(sizeof(double) * T * D), rr[5], *dxr = malloc(sizeof(double) * T * D), dwr[13];
+    double *yr = malloc(sizeof(double) * T * D), rr[T], *dxr = malloc(sizeof(double) * T * D), dwr[D];
     for (int i = 0; i < T * D; i++) xd[i] = x[i], dyd[i] = dy[i];
     for (int j = 0; j < D; j++) wd[j] = w[j];
-    float dx0[5 * 13], dw0[13];
+    float dx0[T * D], dw0[D];
     memcpy(dx0, dx, sizeof dx0);
     memcpy(dw0, dw, sizeof dw0);
 
@@ -349,8 +349,8 @@ static double att_loss(const double *qkv, const double *dout, int B, int S, int 
     return L;
 }
 
-static void test_attention(void) {
-    const int B = 2, S = 70, H = 4, KV = 2, hd = 8, ld = (H + 2 * KV) * hd, T = B * S;
+static void test_attention(int B, int S, int H, int KV, int hd) {
+    const int ld = (H + 2 * KV) * hd, T = B * S;
     const size_t nq = (size_t)T * ld, no = (size_t)T * H * hd, nl = (size_t)B * H * S;
     float *qkv = buf(nq), *out = buf(no), *lse = buf(nl), *dout = buf(no), *dqkv = buf(nq);
     fill(qkv, nq, -1.5, 1.5);
@@ -365,8 +365,8 @@ static void test_attention(void) {
     att_ref(oref, lref, qd, B, S, H, KV, hd, ld);
     double eo = rel_max(out, oref, no, 1e-30), el = 0;
     for (size_t i = 0; i < nl; i++) el = fmax(el, fabs(lse[i] - lref[i]) / fmax(1.0, fabs(lref[i])));
-    CHECKF(eo < 1e-5, "attention out rel err %.3g", eo);
-    CHECKF(el < 1e-5, "attention lse err %.3g", el);
+    CHECKF(eo < 1e-5, "attention (hd %d) out rel err %.3g", hd, eo);
+    CHECKF(el < 1e-5, "attention (hd %d) lse err %.3g", hd, el);
     /* row 0 attends only to key 0: out = v_0 exactly (per head) */
     for (int h = 0; h < H; h++)
         CHECK_NEAR(out[h * hd + 3], qkv[(H + KV) * hd + (h / (H / KV)) * hd + 3], 1e-6);
@@ -394,9 +394,9 @@ static void test_attention(void) {
             else if (c < (H + KV) * hd) ek = fmax(ek, d), scale_k = fmax(scale_k, fabs(r));
             else ev = fmax(ev, d), scale_v = fmax(scale_v, fabs(r));
         }
-    CHECKF(eq < 2e-5 * scale_q, "attention dq err %.3g (scale %.3g)", eq, scale_q);
-    CHECKF(ek < 2e-5 * scale_k, "attention dk err %.3g (scale %.3g)", ek, scale_k);
-    CHECKF(ev < 2e-5 * scale_v, "attention dv err %.3g (scale %.3g)", ev, scale_v);
+    CHECKF(eq < 2e-5 * scale_q, "attention (hd %d) dq err %.3g (scale %.3g)", hd, eq, scale_q);
+    CHECKF(ek < 2e-5 * scale_k, "attention (hd %d) dk err %.3g (scale %.3g)", hd, ek, scale_k);
+    CHECKF(ev < 2e-5 * scale_v, "attention (hd %d) dv err %.3g (scale %.3g)", hd, ev, scale_v);
     free(qd), free(dod), free(oref), free(lref), free(dref);
     be->free(qkv), be->free(out), be->free(lse), be->free(dout), be->free(dqkv);
 }
@@ -485,7 +485,8 @@ int main(void) {
     test_rope();
     test_swiglu();
     test_cross_entropy();
-    test_attention();
+    test_attention(2, 70, 4, 2, 8);  /* GQA 4 -> 2, rows cross two 64-row blocks */
+    test_attention(1, 131, 3, 1, 18); /* 3 -> 1, three blocks, hd > 16 (vector lanes + tail) */
     test_dropout();
     test_bias_embedding();
     return tl_done("test_unit_kernels");
