@@ -178,7 +178,6 @@ int tn_model_load_adapter(tn_model *m, const char *adapter_dir) {
         snprintf(name, sizeof name, PEFT_PREFIX "%s", p->name);
         const st_tensor *t = st_find(&f, name);
         if (!t) {
-            /* PEFT also writes names without the adapter's ".weight"-preserving layout; accept only ours */
             rc = tn_err("%s: adapter has no tensor '%s'", f.path, name);
             break;
         }

@@ -250,8 +250,6 @@ static void run_fixture(const char *name, int checkpointing) {
 
     /* sensitivity: each of these bugs must be caught by the logits tolerance */
     if (!checkpointing) {
-        const tn_param *ln = &m->params[0];
-        (void)ln;
         if (m->cfg.qkv_bias)
             CHECK(mutated_logits_error(&r, "model.layers.0.self_attn.k_proj.bias", zero_all, ref_logits, nl) >
                   100 * GRAD_TOL);
