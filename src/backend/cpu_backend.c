@@ -206,21 +206,22 @@ static void cpu_scale(float *x, size_t n, float s) {
 
 static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1, double beta2,
                       double eps, double weight_decay, double bias_corr1, double bias_corr2) {
-    /* torch 1.13 _single_tensor_adamw's operation order in fp32. Known deviation (open): 1 - beta is
-     * formed in fp32 (1.0f - 0.999f = 0.00099998713) where torch rounds the double 1 - beta (0.001f). */
-    const float lrf = (float)lr, wdf = (float)weight_decay;
-    const float decay = (float)(1.0 - (double)lrf * (double)wdf);
-    const float step_size = (float)((double)lrf / bias_corr1);
+    /* torch 1.13 _single_tensor_adamw, op by op in fp32: every python-float scalar (1 - lr*wd, 1 - beta,
+     * -lr/bc1) is formed in double and rounded once, as torch does; addcdiv is (value * m) / denom. */
+    const float decay = (float)(1.0 - lr * weight_decay);
+    const float neg_step = (float)(-(lr / bias_corr1));
     const float bc2_sqrt = (float)sqrt(bias_corr2);
     const float b1 = (float)beta1, b2 = (float)beta2, epsf = (float)eps;
-    const float one_m_b1 = 1.0f - b1, one_m_b2 = 1.0f - b2;
+    const float one_m_b1 = (float)(1.0 - beta1), one_m_b2 = (float)(1.0 - beta2);
 #pragma omp parallel for schedule(static) if (n > 32768)
     for (size_t i = 0; i < n; i++) {
         float pi = p[i] * decay;
-        float mi = m[i] * b1 + g[i] * one_m_b1;
-        float vi = v[i] * b2 + one_m_b2 * g[i] * g[i];
+        float mi = m[i] * b1;
+        mi = mi + one_m_b1 * g[i];
+        float vi = v[i] * b2;
+        vi = vi + one_m_b2 * g[i] * g[i];
         float denom = sqrtf(vi) / bc2_sqrt + epsf;
-        p[i] = pi - step_size * (mi / denom);
+        p[i] = pi + neg_step * mi / denom;
         m[i] = mi;
         v[i] = vi;
     }

@@ -3,8 +3,14 @@
  * For each committed fixture (llama GQA, qwen2 with biases + tied embeddings, llama LoRA) tandem
  * computes in fp32 and is compared with PyTorch's float64 results:
  *   loss, logits, every gradient: relative L2 error <= 1e-5 per tensor;
- *   parameters after 3 clipped AdamW steps: max |diff| <= 10x PyTorch's own fp32-vs-fp64 max |diff|
- *   (recorded per tensor in the f32 expected.json).
+ *   parameters after 3 clipped AdamW steps, judged against PyTorch's own fp32-vs-fp64 error:
+ *   - model-wide: worst max |diff| <= 10x PyTorch's worst (make_fixture's sample in the f32 expected.json);
+ *   - per tensor: max |diff| <= 3x PyTorch's envelope (f32 envelope.json, tests/fixtures/torch_envelope.py):
+ *     the largest error PyTorch itself shows over 8 mathematically identical fp32 orders (rows permuted,
+ *     micro-batched, 1 or 2 threads). One sample is not enough per tensor: AdamW divides by sqrt(v), so an
+ *     element whose gradient is ~1000x below its tensor's largest turns ordinary rounding into a visible
+ *     parameter error, and PyTorch's own error there varies up to 11x between those orders (llama-lora
+ *     k_proj.lora_A: 3.8e-8 in the sample, 3.7e-7 with 2 threads).
  * Then it checks the comparison is sensitive: a dropped bias, a flipped sign and a transposed weight
  * must each move the logits far outside the tolerance. Runs with and without gradient checkpointing. */
 #include <cjson/cJSON.h>
@@ -19,7 +25,8 @@
 #include "trainer/optimizer.h"
 
 #define GRAD_TOL 1e-5
-#define PARAM_FACTOR 10.0
+#define PARAM_FACTOR 10.0   /* x PyTorch's fp32 error, model-wide worst (make_fixture's sample) */
+#define ENVELOPE_FACTOR 3.0 /* x PyTorch's fp32 error envelope, per tensor (torch_envelope.py) */
 
 typedef struct {
     tn_model *m;
@@ -151,9 +158,12 @@ static void run_fixture(const char *name, int checkpointing) {
     snprintf(d32, sizeof d32, "%s/fixtures/%s-f32", tl_tests_dir(), name);
     fixture_run r = {0};
     cJSON *exp64 = load_json(d64, "expected.json"), *exp32 = load_json(d32, "expected.json");
-    if (!CHECKF(exp64 && exp32, "%s: expected.json missing", name) || !setup(&r, d64, checkpointing)) {
+    cJSON *env32 = load_json(d32, "envelope.json");
+    if (!CHECKF(exp64 && exp32 && env32, "%s: expected.json or envelope.json missing", name) ||
+        !setup(&r, d64, checkpointing)) {
         cJSON_Delete(exp64);
         cJSON_Delete(exp32);
+        cJSON_Delete(env32);
         teardown(&r);
         return;
     }
@@ -227,7 +237,8 @@ static void run_fixture(const char *name, int checkpointing) {
     }
     const cJSON *diffs = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(exp32, "max_diff_vs_f64"), "params_step3");
-    double worst_ratio = 0;
+    const cJSON *envelope = cJSON_GetObjectItemCaseSensitive(env32, "params_step3");
+    double worst_ratio = 0, worst_env_ratio = 0, worst_md = 0, worst_torch = 0;
     for (int i = 0; i < m->n_params; i++) {
         const tn_param *p = &m->params[i];
         if (!p->trainable) continue;
@@ -238,15 +249,21 @@ static void run_fixture(const char *name, int checkpointing) {
         double md = 0;
         for (int64_t k = 0; k < n; k++) md = fmax(md, fabs((double)host[k] - ref[k]));
         double torch_diff = json_num(cJSON_GetObjectItemCaseSensitive(diffs, p->name), "abs");
-        double ratio = md / torch_diff;
-        worst_ratio = ratio > worst_ratio ? ratio : worst_ratio;
-        CHECKF(md <= PARAM_FACTOR * torch_diff, "%s: step-3 %s max|diff| %.3g > %g x torch's %.3g", name, p->name, md,
-               PARAM_FACTOR, torch_diff);
+        double torch_env = json_num(cJSON_GetObjectItemCaseSensitive(envelope, p->name), "envelope_abs");
+        worst_ratio = fmax(worst_ratio, md / torch_diff);
+        worst_env_ratio = fmax(worst_env_ratio, md / torch_env);
+        worst_md = fmax(worst_md, md);
+        worst_torch = fmax(worst_torch, torch_diff);
+        CHECKF(md <= ENVELOPE_FACTOR * torch_env, "%s: step-3 %s max|diff| %.3g > %g x torch's envelope %.3g", name,
+               p->name, md, ENVELOPE_FACTOR, torch_env);
         free(ref);
     }
-    printf("%s%s: logits %.2e, loss %.2e, worst grad rel L2 %.2e, step-3 params worst %.2fx torch's own f32 error\n",
+    CHECKF(worst_md <= PARAM_FACTOR * worst_torch, "%s: step-3 worst max|diff| %.3g > %g x torch's %.3g", name,
+           worst_md, PARAM_FACTOR, worst_torch);
+    printf("%s%s: logits %.2e, loss %.2e, worst grad rel L2 %.2e, step-3 params: model-wide %.2fx torch's f32 "
+           "error, per tensor worst %.2fx torch's sample / %.2fx its envelope\n",
            name, checkpointing ? " (checkpointing)" : "", le, fabs(loss - ref_loss) / fabs(ref_loss), worst_grad,
-           worst_ratio);
+           worst_md / worst_torch, worst_ratio, worst_env_ratio);
 
     /* sensitivity: each of these bugs must be caught by the logits tolerance */
     if (!checkpointing) {
@@ -265,6 +282,7 @@ static void run_fixture(const char *name, int checkpointing) {
     st_close(&pf);
     cJSON_Delete(exp64);
     cJSON_Delete(exp32);
+    cJSON_Delete(env32);
     teardown(&r);
 }
 
