@@ -4,5 +4,6 @@
 
 int tn_cmd_train(int argc, char **argv);
 int tn_cmd_bench(int argc, char **argv);
+int tn_cmd_tokenize(int argc, char **argv);
 
 #endif

@@ -9,6 +9,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tandem train CONFIG.yaml [key=value ...]   train as the YAML says (LLaMA-Factory keys)\n"
             "       tandem bench train --preset tiny|small [--lora] [--steps N] [--warmup N]\n"
+            "       tandem tokenize TOKENIZER.json [--text S | --file P] [--no-special]   text -> token ids\n"
+            "       tandem tokenize TOKENIZER.json --decode [--skip-special] ID...      token ids -> text\n"
             "       tandem bench sgemm [--n N]                   measured fp32 sgemm peak\n");
 }
 
@@ -19,6 +21,7 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "train") == 0) return tn_cmd_train(argc - 2, argv + 2);
     if (strcmp(argv[1], "bench") == 0) return tn_cmd_bench(argc - 2, argv + 2);
-    fprintf(stderr, "tandem: error: unknown command '%s' (expected train or bench; see tandem --help)\n", argv[1]);
+    if (strcmp(argv[1], "tokenize") == 0) return tn_cmd_tokenize(argc - 2, argv + 2);
+    fprintf(stderr, "tandem: error: unknown command '%s' (expected train, tokenize or bench; see tandem --help)\n", argv[1]);
     return 1;
 }
