@@ -12,7 +12,9 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "comm/comm.h"
 #include "core/core.h"
+#include "trainer/grad_sync.h"
 #include "model/model.h"
 #include "trainer/optimizer.h"
 
@@ -48,12 +50,15 @@ static int cmp_double(const void *a, const void *b) {
 
 static int bench_train(int argc, char **argv) {
     const char *name = "tiny";
-    int lora = 0, steps = 0, warmup = 2;
+    int lora = 0, steps = 0, warmup = 2, dist = 0;
+    double bucket_mb = 4;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) name = argv[++i];
         else if (strcmp(argv[i], "--lora") == 0) lora = 1;
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc) warmup = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--dist") == 0) dist = 1;
+        else if (strcmp(argv[i], "--bucket-mb") == 0 && i + 1 < argc) bucket_mb = atof(argv[++i]);
         else return tn_err("bench train: unexpected argument '%s'", argv[i]);
     }
     tn_model_config c;
@@ -61,27 +66,37 @@ static int bench_train(int argc, char **argv) {
     if (preset(name, &c, &B, &S) != 0 || tn_model_config_finish(&c, "bench preset") != 0) return -1;
     if (steps <= 0) steps = strcmp(name, "tiny") == 0 ? 10 : 5;
     tn_lora_config lc = {.r = 8, .alpha = 16, .dropout = 0, .targets = (1u << TN_LT_COUNT) - 1};
+    /* --dist: one rank of a data-parallel step under mpirun (same per-rank batch: weak scaling) */
+    tn_comm *comm = dist ? tn_comm_init(NULL, NULL) : NULL;
+    if (dist && !comm) return -1;
+    const tn_comm_info *in = comm ? tn_comm_get_info(comm) : NULL;
     tn_model *m = tn_model_create(&c, lora ? &lc : NULL, tn_backend_cpu());
     tn_model_init_random(m, 0);
+    tn_grad_sync *sync = comm ? tn_grad_sync_create(comm, m, (size_t)(bucket_mb * 1048576.0)) : NULL;
+    if (comm && !sync) return -1;
     tn_acts *a = tn_acts_create(m, B, S, 0);
     tn_adamw *o = tn_adamw_create(m);
     tn_adamw_hparams h = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     int32_t *ids = tn_xmalloc((size_t)B * S * sizeof *ids);
     tn_rng rng;
-    tn_rng_seed(&rng, 1);
+    tn_rng_seed(&rng, 1 + (in ? (uint64_t)in->rank : 0));
     for (int i = 0; i < B * S; i++) ids[i] = (int32_t)(tn_rng_next(&rng) % (uint64_t)c.vocab_size);
-    double *ms = tn_xmalloc((size_t)steps * sizeof *ms), loss = 0;
+    double *ms = tn_xmalloc((size_t)steps * sizeof *ms), *wait = tn_xcalloc((size_t)steps, sizeof *wait), loss = 0;
     int64_t T = (int64_t)B * S, targets = tn_count_targets(ids, B, S);
     for (int i = 0; i < warmup + steps; i++) {
         double t0 = tn_now();
         int64_t nv = 0;
         m->be->zero(m->grad, m->n_trainable);
+        if (sync) tn_grad_sync_arm(sync);
         loss = tn_model_forward_backward(m, a, ids, ids, B, S, 1.0f / (float)targets, &nv, 0) / (double)targets;
+        if (sync && tn_grad_sync_finish(sync) != 0) return -1;
         tn_clip_grad_norm(m, 0);
         tn_adamw_step(o, m, &h, 1e-4);
         if (i >= warmup) ms[i - warmup] = 1e3 * (tn_now() - t0);
+        if (i >= warmup && sync) wait[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->wait_s;
     }
     qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
+    qsort(wait, (size_t)steps, sizeof *wait, cmp_double);
     double med = steps % 2 ? ms[steps / 2] : 0.5 * (ms[steps / 2 - 1] + ms[steps / 2]);
     /* FLOP model of bench_ref.py */
     double N = 0, n_lora = 0;
@@ -93,16 +108,23 @@ static int bench_train(int argc, char **argv) {
     if (c.tie_word_embeddings) N += (double)c.vocab_size * c.hidden_size;
     double attn = 12.0 * c.num_hidden_layers * c.hidden_size * (double)S * (double)T;
     double flops = lora ? (4 * N + 6 * n_lora) * (double)T + attn : 6 * N * (double)T + attn;
-    printf("{\"impl\":\"tandem\",\"config\":\"%s%s\",\"threads\":%d,\"batch\":%d,\"seq\":%d,\"steps\":%d,"
-           "\"ms_step\":%.2f,\"ms_min\":%.2f,\"tok_s\":%.1f,\"gflops\":%.2f,\"flops_per_step\":%.0f,"
-           "\"peak_rss_mb\":%.1f,\"acts_mb\":%.1f,\"loss\":%.5f}\n",
-           name, lora ? "-lora" : "", omp_get_max_threads(), B, S, steps, med, ms[0], (double)T / (med / 1e3),
-           flops / (med / 1e3) / 1e9, flops, peak_rss_mb(), tn_acts_bytes(a) / 1048576.0, loss);
+    if (!in || in->rank == 0)
+        printf("{\"impl\":\"tandem\",\"config\":\"%s%s\",\"threads\":%d,\"batch\":%d,\"seq\":%d,\"steps\":%d,"
+               "\"ms_step\":%.2f,\"ms_min\":%.2f,\"tok_s\":%.1f,\"gflops\":%.2f,\"flops_per_step\":%.0f,"
+               "\"peak_rss_mb\":%.1f,\"acts_mb\":%.1f,\"loss\":%.5f,\"ranks\":%d,\"nodes\":%d,"
+               "\"grad_mb\":%.2f,\"comm_wait_ms\":%.2f}\n",
+               name, lora ? "-lora" : "", omp_get_max_threads(), B, S, steps, med, ms[0], (double)T / (med / 1e3),
+               flops / (med / 1e3) / 1e9, flops, peak_rss_mb(), tn_acts_bytes(a) / 1048576.0, loss,
+               in ? in->size : 1, in ? in->n_nodes : 1, m->n_trainable * 4.0 / 1048576.0, wait[steps / 2]);
+    fflush(stdout);
     free(ms);
+    free(wait);
+    tn_grad_sync_free(sync);
     free(ids);
     tn_adamw_free(o);
     tn_acts_free(a);
     tn_model_free(m);
+    if (comm) tn_comm_finalize(comm);
     return 0;
 }
 
@@ -136,9 +158,10 @@ static int bench_sgemm(int argc, char **argv) {
 
 int tn_cmd_bench(int argc, char **argv) {
     int rc;
+    if (argc >= 1 && strcmp(argv[0], "allreduce") == 0) return tn_cmd_bench_allreduce(argc - 1, argv + 1);
     if (argc >= 1 && strcmp(argv[0], "train") == 0) rc = bench_train(argc - 1, argv + 1);
     else if (argc >= 1 && strcmp(argv[0], "sgemm") == 0) rc = bench_sgemm(argc - 1, argv + 1);
-    else rc = tn_err("bench: expected 'train' or 'sgemm'");
+    else rc = tn_err("bench: expected 'train', 'sgemm' or 'allreduce'");
     if (rc != 0) {
         fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
         return 1;

@@ -1,31 +1,86 @@
-/* cmd_train.c -- `tandem train CONFIG.yaml [key=value ...]`. */
+/* cmd_train.c -- `tandem train CONFIG.yaml [key=value ...]`, one process or every rank of an mpirun/srun
+ * launch (`tandem launch` starts it that way). */
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
+#include "comm/comm.h"
 #include "config/train_config.h"
 #include "core/core.h"
 #include "trainer/job.h"
+#include "trainer/replica.h"
+
+/* Threads per rank: the launcher's OMP_NUM_THREADS when set, else this machine's cores shared by its ranks. */
+static void set_threads(const tn_comm_info *in) {
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env && *env) return;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = (int)(cores > 0 ? cores : 1) / (in->local_size > 0 ? in->local_size : 1);
+    omp_set_num_threads(n > 0 ? n : 1);
+}
+
+/* Same YAML bytes and the same overrides on every rank (checked before training). */
+static uint64_t config_fingerprint(const char *path, int argc, char **argv) {
+    size_t n = 0;
+    char *text = tn_read_file(path, &n, 0);
+    uint64_t h = text ? tn_hash64(text, n, 17) : 0;
+    free(text);
+    for (int i = 1; i < argc; i++) h = tn_hash64(argv[i], strlen(argv[i]) + 1, h);
+    return h;
+}
+
+static int load_config(int argc, char **argv, tn_train_config *cfg) {
+    int rc = tn_train_config_load(argv[0], cfg);
+    for (int i = 1; i < argc && rc == 0; i++) {
+        if (!strchr(argv[i], '=')) return tn_err("command line: '%s' is not key=value", argv[i]);
+        rc = tn_train_config_override(cfg, argv[i]);
+    }
+    if (rc == 0) rc = tn_train_config_finish(cfg);
+    return rc;
+}
 
 int tn_cmd_train(int argc, char **argv) {
     if (argc < 1) {
         fprintf(stderr, "tandem: error: train needs a config file: tandem train CONFIG.yaml [key=value ...]\n");
         return 1;
     }
-    static tn_train_config cfg;
-    int rc = tn_train_config_load(argv[0], &cfg);
-    for (int i = 1; i < argc && rc == 0; i++) {
-        if (!strchr(argv[i], '=')) {
-            rc = tn_err("command line: '%s' is not key=value", argv[i]);
-            break;
-        }
-        rc = tn_train_config_override(&cfg, argv[i]);
-    }
-    if (rc == 0) rc = tn_train_config_finish(&cfg);
-    if (rc == 0) rc = tn_job_train(&cfg);
-    if (rc != 0) {
+    tn_comm *comm = tn_comm_init(NULL, NULL);
+    if (!comm) {
         fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
         return 1;
     }
-    return 0;
+    const tn_comm_info *in = tn_comm_get_info(comm);
+    set_threads(in);
+    static tn_train_config cfg;
+    int rc = load_config(argc, argv, &cfg);
+    /* a config error is the same on every rank: rank 0 reports it; the fingerprint check comes after, so
+     * a rank with a different file is named by it */
+    int first = tn_replica_first_failure(comm, rc != 0);
+    if (first >= 0) rc = first == in->rank ? -1 : -2;
+    int collective = rc != 0; /* the same error on every rank: no rank prefix */
+    uint64_t cfg_fp = rc == 0 ? config_fingerprint(argv[0], argc, argv) : 0;
+    if (rc == 0 && in->size > 1) {
+        uint64_t build = tn_build_fingerprint();
+        rc = build ? tn_replica_check_fingerprints(comm, build, cfg_fp) : -1;
+        if (rc != 0 && in->rank != 0) rc = -2; /* every rank sees the mismatch; rank 0 reports it */
+        collective = rc != 0;
+    }
+    if (rc == 0 && in->rank == 0) /* keys of the Python world: what tandem does instead, one line each */
+        for (const char *p = cfg.notices; *p;) {
+            const char *nl = strchr(p, '\n');
+            printf("tandem: note: %.*s\n", (int)(nl - p), p);
+            p = nl + 1;
+        }
+    if (rc == 0) rc = tn_job_train(&cfg, comm, cfg_fp);
+    if (rc == -1) {
+        if (in->size > 1 && !collective)
+            fprintf(stderr, "tandem: error: rank %d on host %s: %s\n", in->rank, in->host, tn_errmsg());
+        else
+            fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
+    }
+    tn_comm_finalize(comm);
+    return rc == 0 ? 0 : 1;
 }

@@ -4,6 +4,10 @@
 
 int tn_cmd_train(int argc, char **argv);
 int tn_cmd_bench(int argc, char **argv);
+int tn_cmd_bench_allreduce(int argc, char **argv); /* `tandem bench allreduce` */
 int tn_cmd_tokenize(int argc, char **argv);
+int tn_cmd_compare(int argc, char **argv);
+int tn_cmd_launch(int argc, char **argv);
+int tn_cmd_export(int argc, char **argv);
 
 #endif

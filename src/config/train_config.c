@@ -20,7 +20,7 @@
 /* ------------------------------------------------------------------------------------------------ */
 /* Key table                                                                                          */
 
-typedef enum { K_STR, K_PATH, K_INT, K_NUM, K_BOOL, K_CUSTOM } key_kind;
+typedef enum { K_STR, K_PATH, K_INT, K_NUM, K_BOOL, K_CUSTOM, K_NOTICE } key_kind;
 
 #define MSG_MAX 512 /* one error line, before the "file:line: " prefix */
 
@@ -49,13 +49,20 @@ typedef struct key_def {
 #define NUM(f, lo, hi, lo_open, hi_open) K_NUM, FIELD(f), lo, hi, lo_open, hi_open
 #define BOOL(f) K_BOOL, FIELD(f), NOLIM, 0, 0
 #define CUSTOM(f) K_CUSTOM, FIELD(f), NOLIM, 0, 0
+#define NOTICE K_NOTICE, 0, 0, NOLIM, 0, 0 /* accepted, changes nothing; `expect` says what tandem does */
 
-enum { PATH_MODEL = 1u, PATH_MODEL_CONFIG = 2u, PATH_OUTPUT = 4u };
+enum { PATH_MODEL = 1u, PATH_MODEL_CONFIG = 2u, PATH_OUTPUT = 4u, PATH_DATASET_DIR = 8u, PATH_ADAPTER = 16u,
+       PATH_EXPORT = 32u };
 
 static int set_finetuning_type(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_lora_target(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_max_steps(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_scheduler(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_stage(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_eval_strategy(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_optim(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_unsupported(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_resume(tn_train_config *c, const key_def *k, const char *v, char *msg);
 
 #define LORA_MODULES "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
 
@@ -63,15 +70,43 @@ static const key_def KEYS[] = {
     /* model */
     {"model_name_or_path", PATH(model_name_or_path), 0, PATH_MODEL, "a path", NULL},
     {"model_config", PATH(model_config), 0, PATH_MODEL_CONFIG, "a path", NULL},
+    {"adapter_name_or_path", PATH(adapter_name_or_path), 0, PATH_ADAPTER, "a PEFT adapter folder", NULL},
+    /* export */
+    {"export_dir", PATH(export_dir), 0, PATH_EXPORT, "a path", NULL},
+    {"export_size", INT(export_size, 1, 1 << 20), 0, 0, "an integer number of GB >= 1", NULL},
+    {"export_device", NOTICE, 0, 0, "the merge runs on the CPU", NULL},
+    {"export_legacy_format", NOTICE, 0, 0, "exports are always safetensors", NULL},
     /* method */
     {"finetuning_type", CUSTOM(finetuning_type), 0, 0, "one of lora, full", set_finetuning_type},
     {"lora_rank", INT(lora_rank, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
     {"lora_alpha", NUM(lora_alpha, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number", NULL},
     {"lora_dropout", NUM(lora_dropout, 0, 1, 0, 1), 0, 0, "a number in [0, 1)", NULL},
     {"lora_target", CUSTOM(lora_target), 1, 0, "'all' or a comma list of " LORA_MODULES, set_lora_target},
+    {"stage", CUSTOM(stage), 0, 0, "sft or pt", set_stage},
+    {"do_train", BOOL(do_train), 0, 0, "true or false", NULL},
+    {"additional_target", CUSTOM(stage), 1, 0, "not supported yet: only the LoRA adapters train", set_unsupported},
+    {"quantization_bit", CUSTOM(stage), 0, 0, "not supported: tandem trains the base in fp32 (CPU) or bf16 (GPU)",
+     set_unsupported},
+    {"use_dora", CUSTOM(stage), 0, 0, "not supported yet (plain LoRA only)", set_unsupported},
+    {"use_rslora", CUSTOM(stage), 0, 0, "not supported yet (scale is lora_alpha / lora_rank)", set_unsupported},
     /* data */
-    {"dataset", STR(dataset), 0, 0, "a dataset name", NULL},
+    {"dataset", STR(dataset), 1, 0, "a comma list of dataset names from dataset_info.json", NULL},
+    {"dataset_dir", PATH(dataset_dir), 0, PATH_DATASET_DIR, "a path", NULL},
+    {"eval_dataset", CUSTOM(stage), 1, 0, "not supported yet: use val_size to hold out part of 'dataset'", set_unsupported},
+    {"template", STR(template_name), 0, 0, "a template name", NULL},
     {"cutoff_len", INT(cutoff_len, 2, INT_MAX), 0, 0, "an integer >= 2", NULL},
+    {"max_samples", INT(max_samples, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
+    {"packing", BOOL(packing), 0, 0, "true or false", NULL},
+    {"neat_packing", CUSTOM(stage), 0, 0, "not supported yet (packing without attention isolation: packing: true)",
+     set_unsupported},
+    {"train_on_prompt", BOOL(train_on_prompt), 0, 0, "true or false", NULL},
+    {"mask_history", BOOL(mask_history), 0, 0, "true or false", NULL},
+    {"enable_thinking", BOOL(enable_thinking), 0, 0, "true or false", NULL},
+    {"default_system", STR(default_system), 0, 0, "a string", NULL},
+    {"val_size", NUM(val_size, 0, HUGE_VAL, 0, 0), 0, 0, "a fraction in [0, 1) or a count >= 1", NULL},
+    {"streaming", CUSTOM(stage), 0, 0, "not supported: tandem tokenizes once and caches", set_unsupported},
+    {"mix_strategy", CUSTOM(stage), 0, 0, "not supported yet: datasets are concatenated in order (concat)",
+     set_unsupported},
     /* training */
     {"learning_rate", NUM(learning_rate, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number", NULL},
     {"max_steps", CUSTOM(max_steps), 0, 0, "-1 or an integer >= 1", set_max_steps},
@@ -88,12 +123,46 @@ static const key_def KEYS[] = {
     {"adam_beta2", NUM(adam_beta2, 0, 1, 0, 1), 0, 0, "a number in [0, 1)", NULL},
     {"adam_epsilon", NUM(adam_epsilon, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number", NULL},
     {"gradient_checkpointing", BOOL(gradient_checkpointing), 0, 0, "true or false", NULL},
+    {"disable_gradient_checkpointing", BOOL(disable_gradient_checkpointing), 0, 0, "true or false", NULL},
+    {"optim", CUSTOM(stage), 0, 0, "adamw_torch (or adamw_torch_fused, adamw_hf: the same AdamW here)", set_optim},
     {"seed", INT(seed, INT_MIN, INT_MAX), 0, 0, "an integer", NULL},
+    /* distributed */
+    {"ddp_bucket_cap_mb", NUM(ddp_bucket_cap_mb, 0.004, 4096, 0, 0), 0, 0, "a number of MB in [0.004, 4096]", NULL},
     /* output */
     {"output_dir", PATH(output_dir), 0, PATH_OUTPUT, "a path", NULL},
     {"logging_steps", INT(logging_steps, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
     {"save_steps", INT(save_steps, 0, INT_MAX), 0, 0, "an integer >= 0", NULL},
+    {"save_total_limit", INT(save_total_limit, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
+    {"save_only_model", BOOL(save_only_model), 0, 0, "true or false", NULL},
     {"overwrite_output_dir", BOOL(overwrite_output_dir), 0, 0, "true or false", NULL},
+    {"plot_loss", BOOL(plot_loss), 0, 0, "true or false", NULL},
+    {"resume_from_checkpoint", CUSTOM(resume_from_checkpoint), 0, 0, "a checkpoint folder, true or null", set_resume},
+    /* evaluation */
+    {"eval_strategy", CUSTOM(eval_strategy), 0, 0, "no, steps or epoch", set_eval_strategy},
+    {"evaluation_strategy", CUSTOM(eval_strategy), 0, 0, "no, steps or epoch", set_eval_strategy},
+    {"eval_steps", INT(eval_steps, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
+    {"per_device_eval_batch_size", INT(per_device_eval_batch_size, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
+    {"do_eval", BOOL(do_eval), 0, 0, "true or false", NULL},
+    /* the Python world's keys: accepted, with what tandem does instead */
+    {"trust_remote_code", NOTICE, 0, 0, "tandem runs no model code: the architecture is read from config.json", NULL},
+    {"preprocessing_num_workers", NOTICE, 0, 0, "tandem tokenizes once per job (all demo data in well under a second) and caches it", NULL},
+    {"preprocessing_batch_size", NOTICE, 0, 0, "tandem tokenizes once per job and caches it", NULL},
+    {"dataloader_num_workers", NOTICE, 0, 0, "batches are read from the tokenized cache in the training process", NULL},
+    {"overwrite_cache", NOTICE, 0, 0, "the tokenized cache is keyed by the data, template, tokenizer and cutoff_len, so it is rebuilt whenever they change", NULL},
+    {"report_to", NOTICE, 1, 0, "metrics go to trainer_log.jsonl and the console only", NULL},
+    {"deepspeed", NOTICE, 0, 0, "no DeepSpeed: every rank holds the model; gradients are all-reduced once per step, hierarchically across machines", NULL},
+    {"bf16", NOTICE, 0, 0, "the CPU backend computes in fp32; the GPU backend uses bf16 with fp32 master weights", NULL},
+    {"fp16", NOTICE, 0, 0, "the CPU backend computes in fp32; the GPU backend uses bf16 with fp32 master weights", NULL},
+    {"pure_bf16", NOTICE, 0, 0, "trainable weights and optimizer state stay fp32", NULL},
+    {"ddp_timeout", NOTICE, 0, 0, "tandem detects a dead or stalled rank itself and names it", NULL},
+    {"ddp_backend", NOTICE, 0, 0, "MPI carries CPU collectives, NCCL GPU ones", NULL},
+    {"ddp_find_unused_parameters", NOTICE, 0, 0, "only trainable tensors are exchanged; nothing to find", NULL},
+    {"flash_attn", NOTICE, 0, 0, "the CPU backend's attention is blocked and never stores the score matrix", NULL},
+    {"enable_liger_kernel", NOTICE, 0, 0, "tandem's kernels are already fused where it pays", NULL},
+    {"use_unsloth", NOTICE, 0, 0, "tandem's kernels are already fused where it pays", NULL},
+    {"save_on_each_node", NOTICE, 0, 0, "rank 0 writes every output; keep output_dir on rank 0's machine", NULL},
+    {"include_num_input_tokens_seen", NOTICE, 0, 0, "tokens/s is always printed", NULL},
+    {"logging_dir", NOTICE, 0, 0, "logs go to output_dir/trainer_log.jsonl", NULL},
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
@@ -119,8 +188,16 @@ void tn_train_config_defaults(tn_train_config *c) {
     c->adam_beta1 = 0.9;
     c->adam_beta2 = 0.999;
     c->adam_epsilon = 1e-8;
-    c->gradient_checkpointing = 0;
+    c->stage = TN_STAGE_SFT;
+    c->do_train = 1;
+    snprintf(c->dataset_dir, sizeof c->dataset_dir, "data");
+    c->packing = -1;
+    c->enable_thinking = 1;
+    c->gradient_checkpointing = -1; /* finish: LF turns it on unless disable_gradient_checkpointing */
+    c->per_device_eval_batch_size = 8;
     c->seed = 42;
+    c->export_size = 5;
+    c->ddp_bucket_cap_mb = 4; /* small enough that the first bucket leaves early and overlaps backward */
     snprintf(c->output_dir, sizeof c->output_dir, "saves/tandem");
     c->logging_steps = 10;
     c->save_steps = 0;
@@ -243,6 +320,11 @@ static int apply_value(tn_train_config *c, const key_def *k, const char *v, int 
     }
     case K_CUSTOM:
         return k->set(c, k, v, msg);
+    case K_NOTICE: {
+        size_t used = strlen(c->notices);
+        snprintf(c->notices + used, sizeof c->notices - used, "%s: %s\n", k->name, k->expect);
+        return 0;
+    }
     }
     return expects(k, v, msg);
 }
@@ -288,6 +370,59 @@ static int set_scheduler(tn_train_config *c, const key_def *k, const char *v, ch
             }
         return expects(k, v, msg);
     }
+    return 0;
+}
+
+static int set_stage(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    char s[32];
+    if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
+    if (strcmp(s, "sft") == 0) c->stage = TN_STAGE_SFT;
+    else if (strcmp(s, "pt") == 0) c->stage = TN_STAGE_PT;
+    else if (!strcmp(s, "rm") || !strcmp(s, "ppo") || !strcmp(s, "dpo") || !strcmp(s, "kto")) {
+        snprintf(msg, MSG_MAX, "key '%s': '%s' is not supported yet (tandem trains sft and pt)", k->name, s);
+        return -1;
+    } else return expects(k, v, msg);
+    return 0;
+}
+
+static int set_eval_strategy(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    char s[32];
+    if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
+    if (strcmp(s, "no") == 0) c->eval_strategy = TN_EVAL_NO;
+    else if (strcmp(s, "steps") == 0) c->eval_strategy = TN_EVAL_STEPS;
+    else if (strcmp(s, "epoch") == 0) c->eval_strategy = TN_EVAL_EPOCH;
+    else return expects(k, v, msg);
+    return 0;
+}
+
+static int set_optim(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    (void)c;
+    char s[64];
+    if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
+    if (strcmp(s, "adamw_torch") && strcmp(s, "adamw_torch_fused") && strcmp(s, "adamw_hf")) {
+        snprintf(msg, MSG_MAX, "key '%s': '%s' is not supported (tandem's optimizer is torch's AdamW: adamw_torch)",
+                 k->name, s);
+        return -1;
+    }
+    return 0;
+}
+
+/* Keys LLaMA-Factory knows whose features tandem does not have: an error unless the value is off. */
+static int set_unsupported(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    (void)c;
+    char s[64];
+    if (!trimmed(v, s, sizeof s) || !s[0] || !strcmp(s, "false") || !strcmp(s, "none") || !strcmp(s, "concat"))
+        return 0;
+    snprintf(msg, MSG_MAX, "key '%s': %s", k->name, k->expect);
+    return -1;
+}
+
+static int set_resume(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    char s[TN_PATH_MAX];
+    if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
+    if (!strcmp(s, "false") || !strcmp(s, "False")) s[0] = 0;
+    else if (!strcmp(s, "True")) snprintf(s, sizeof s, "true");
+    memcpy(c->resume_from_checkpoint, s, strlen(s) + 1); /* "true": the newest checkpoint in output_dir */
     return 0;
 }
 
@@ -613,9 +748,10 @@ int tn_train_config_override(tn_train_config *c, const char *key_eq_value) {
     return rc ? tn_err("command line: %s", msg) : 0;
 }
 
-/* Relative path p: when YAML_DIR/p exists, p becomes YAML_DIR/p. */
+/* Relative path p: relative to the working directory, as LLaMA-Factory reads it; only when it does not
+ * exist there but YAML_DIR/p does, p becomes YAML_DIR/p (so a bundled example runs from anywhere). */
 static int resolve_path(const tn_train_config *c, const char *key, char *p, size_t size) {
-    if (!p[0] || p[0] == '/') return 0;
+    if (!p[0] || p[0] == '/' || tn_file_exists(p)) return 0;
     const char *slash = strrchr(c->source_path, '/');
     if (!slash) return 0; /* the YAML is in the working directory: nothing to do */
     size_t dlen = (size_t)(slash - c->source_path);
@@ -644,9 +780,21 @@ int tn_train_config_finish(tn_train_config *c) {
         return tn_err("%s: 'model_name_or_path' and 'model_config' are both set; set only one", file);
     if (!c->output_dir[0]) return tn_err("%s: key 'output_dir' must not be empty", file);
     if (c->lora_alpha <= 0) c->lora_alpha = 2.0 * c->lora_rank;
+    if (!c->do_train)
+        return tn_err("%s: key 'do_train' is false: `tandem train` trains (evaluation alone is not supported yet)", file);
+    if (c->gradient_checkpointing < 0) c->gradient_checkpointing = !c->disable_gradient_checkpointing;
+    if (c->disable_gradient_checkpointing) c->gradient_checkpointing = 0;
+    if (c->packing < 0) c->packing = c->stage == TN_STAGE_PT;
+    if (c->val_size >= 1 && c->val_size != floor(c->val_size))
+        return tn_err("%s: key 'val_size' %g: expected a fraction below 1 or a whole count", file, c->val_size);
+    if (c->val_size > 0 && c->eval_strategy == TN_EVAL_NO && c->eval_steps > 0) c->eval_strategy = TN_EVAL_STEPS;
+    if (c->eval_strategy != TN_EVAL_NO && c->val_size <= 0)
+        return tn_err("%s: key 'eval_strategy' needs an evaluation set: set val_size", file);
+    if (c->eval_steps <= 0) c->eval_steps = c->logging_steps;
     for (int i = 0; i < NKEYS; i++) {
         const key_def *k = &KEYS[i];
-        if (k->kind != K_PATH || (c->cli_paths & k->path_bit)) continue;
+        if (k->kind != K_PATH || (c->cli_paths & k->path_bit) || k->path_bit == PATH_OUTPUT || k->path_bit == PATH_EXPORT)
+            continue;
         if (resolve_path(c, k->name, (char *)c + k->off, k->size)) return -1;
     }
     return 0;

@@ -10,6 +10,8 @@
 #define TN_TRAIN_CONFIG_H
 
 typedef enum { TN_FT_LORA, TN_FT_FULL } tn_finetuning_type;
+typedef enum { TN_STAGE_SFT, TN_STAGE_PT } tn_stage;
+typedef enum { TN_EVAL_NO, TN_EVAL_STEPS, TN_EVAL_EPOCH } tn_eval_strategy;
 typedef enum { TN_SCHED_CONSTANT, TN_SCHED_LINEAR, TN_SCHED_COSINE } tn_sched_type;
 
 #define TN_PATH_MAX 1024
@@ -18,6 +20,10 @@ typedef struct {
     /* model */
     char model_name_or_path[TN_PATH_MAX]; /* HF model folder (config.json + safetensors) */
     char model_config[TN_PATH_MAX];       /* tandem: config.json for a fresh random model (no weights) */
+    char adapter_name_or_path[TN_PATH_MAX]; /* a PEFT adapter to continue training (or to merge on export) */
+    /* export (`tandem export`, LLaMA-Factory's export keys) */
+    char export_dir[TN_PATH_MAX];
+    int export_size;                      /* GB per safetensors shard, default 5 (LF) */
     /* method */
     tn_finetuning_type finetuning_type;   /* default lora (LLaMA-Factory) */
     int lora_rank;                        /* default 8 */
@@ -25,9 +31,19 @@ typedef struct {
                                            * tn_train_config_finish fills it in */
     double lora_dropout;                  /* default 0 */
     char lora_target[256];                /* "all" (default) or comma list of q_proj,...,down_proj */
+    tn_stage stage;                       /* default sft (LF); pt = pre-training on raw text */
+    int do_train;                         /* default true here (tandem train always trains) */
     /* data */
-    char dataset[256];                    /* tandem demo tasks: "demo_addition" etc. (data stage decides) */
+    char dataset[256];                    /* comma list of dataset_info.json names, or the demo "demo_addition" */
+    char dataset_dir[TN_PATH_MAX];        /* default "data" (LF) */
+    char template_name[64];               /* key "template": default, qwen, qwen3, qwen3_nothink, llama3 */
     int cutoff_len;                       /* default 2048 */
+    int max_samples;                      /* default 0 = all (first N of each dataset) */
+    int packing;                          /* default -1: on for pt, off for sft (LF) */
+    int train_on_prompt, mask_history;    /* default false */
+    int enable_thinking;                  /* default true (LF) */
+    char default_system[1024];            /* override of the template's system prompt ("" = template's) */
+    double val_size;                      /* default 0; < 1 fraction, >= 1 count */
     /* training */
     double learning_rate;                 /* default 5e-5 (HF) */
     int max_steps;                        /* default -1: use num_train_epochs */
@@ -42,13 +58,27 @@ typedef struct {
     double max_grad_norm;                 /* default 1.0; <= 0 disables clipping */
     double weight_decay;                  /* default 0 (HF) */
     double adam_beta1, adam_beta2, adam_epsilon; /* 0.9, 0.999, 1e-8 (HF) */
-    int gradient_checkpointing;           /* default 0 */
+    int gradient_checkpointing;           /* default: on, as LF (off with disable_gradient_checkpointing) */
+    int disable_gradient_checkpointing;
     int seed;                             /* default 42 */
+    /* distributed */
+    double ddp_bucket_cap_mb;             /* default 4 (HF key; DDP uses 25): gradient all-reduce bucket size */
     /* output */
     char output_dir[TN_PATH_MAX];         /* default "saves/tandem" */
     int logging_steps;                    /* default 10 (LLaMA-Factory examples) */
     int save_steps;                       /* default 0: only at the end */
-    int overwrite_output_dir;             /* default 0 */
+    int save_total_limit;                 /* default 0: keep every checkpoint */
+    int save_only_model;                  /* default false: checkpoints hold optimizer + RNG state (resumable) */
+    int overwrite_output_dir;             /* default 0: an output_dir with checkpoints auto-resumes (LF) */
+    int plot_loss;                        /* default false (LF) */
+    char resume_from_checkpoint[TN_PATH_MAX]; /* "" = none (LF auto-resume rule still applies) */
+    /* evaluation */
+    tn_eval_strategy eval_strategy;       /* default no (HF); steps when val_size > 0 and eval_steps given */
+    int eval_steps;                       /* default 0 = logging_steps (HF) */
+    int per_device_eval_batch_size;       /* default 8 (HF) */
+    int do_eval;
+    /* keys of the Python world that change nothing here: one line each, printed at start-up */
+    char notices[4096];
     /* bookkeeping */
     char source_path[TN_PATH_MAX];        /* the YAML file this came from */
     unsigned cli_paths;                   /* path keys set by a command-line override (kept relative to

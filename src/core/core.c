@@ -260,3 +260,19 @@ float tn_hash_uniform(uint64_t seed, uint64_t counter) {
     uint64_t x = seed ^ (counter * 0xD1B54A32D192ED03ull);
     return (float)(splitmix64(&x) >> 40) * 0x1.0p-24f;
 }
+
+uint64_t tn_hash64(const void *data, size_t n, uint64_t seed) {
+    const unsigned char *p = data;
+    uint64_t h = seed ^ (0x9E3779B97F4A7C15ull * (n + 1));
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ (w * 0xBF58476D1CE4E5B9ull)) * 0x94D049BB133111EBull;
+        h ^= h >> 29;
+    }
+    uint64_t tail = 0;
+    memcpy(&tail, p + i, n - i);
+    h = (h ^ (tail * 0xBF58476D1CE4E5B9ull)) * 0x94D049BB133111EBull;
+    return h ^ (h >> 31);
+}

@@ -55,6 +55,9 @@ void tn_rng_seed(tn_rng *r, uint64_t seed);
 uint64_t tn_rng_next(tn_rng *r);
 double tn_rng_uniform(tn_rng *r);         /* [0, 1) */
 double tn_rng_normal(tn_rng *r);          /* N(0, 1), Box-Muller */
+/* 64-bit hash of bytes (8 bytes per round, not cryptographic): fingerprints of builds, configs, weights. */
+uint64_t tn_hash64(const void *data, size_t n, uint64_t seed);
+
 /* Stateless hash of (seed, counter) -> uniform [0,1): lets backward regenerate a dropout mask. */
 float tn_hash_uniform(uint64_t seed, uint64_t counter);
 

@@ -43,10 +43,21 @@ int tn_sampler_get(tn_sampler *s, int64_t k) {
     return s->order[k % s->n];
 }
 
-void tn_batch_fill(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, int32_t *ids, int32_t *labels) {
-    for (int b = 0; b < B; b++) {
-        int i = tn_sampler_get(s, k0 + b);
-        memcpy(ids + (size_t)b * d->S, d->ids + (size_t)i * d->S, (size_t)d->S * sizeof *ids);
-        memcpy(labels + (size_t)b * d->S, d->labels + (size_t)i * d->S, (size_t)d->S * sizeof *labels);
+void tn_dataset_row(const tn_dataset *d, int i, int32_t *ids, int32_t *labels) {
+    const size_t S = (size_t)d->S;
+    if (d->ids) {
+        memcpy(ids, d->ids + (size_t)i * S, S * sizeof *ids);
+        memcpy(labels, d->labels + (size_t)i * S, S * sizeof *labels);
+        return;
     }
+    size_t len = (size_t)(d->var_off[i + 1] - d->var_off[i]);
+    if (len > S) len = S; /* never: S is the longest sample */
+    memcpy(ids, d->var_ids + d->var_off[i], len * sizeof *ids);
+    memcpy(labels, d->var_labels + d->var_off[i], len * sizeof *labels);
+    for (size_t t = len; t < S; t++) ids[t] = d->pad_id, labels[t] = -100;
+}
+
+void tn_batch_fill(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, int32_t *ids, int32_t *labels) {
+    for (int b = 0; b < B; b++)
+        tn_dataset_row(d, tn_sampler_get(s, k0 + b), ids + (size_t)b * d->S, labels + (size_t)b * d->S);
 }

@@ -13,9 +13,18 @@ enum { TN_BYTE_BOS = 256, TN_BYTE_EOS = 257, TN_BYTE_PAD = 258, TN_BYTE_VOCAB = 
 
 typedef struct {
     int n, S;
-    int32_t *ids;     /* [n, S] */
+    int32_t *ids;     /* [n, S] (fixed-length samples: the demo), or NULL */
     int32_t *labels;  /* [n, S] */
+    /* Variable-length samples (LLaMA-Factory data, usually a mapped cache file): sample i is
+     * [var_off[i], var_off[i + 1]) of var_ids / var_labels, right-padded to S when a batch is filled, so a
+     * rank touches only the pages of the samples it trains on. */
+    const int32_t *var_ids, *var_labels;
+    const int64_t *var_off;
+    int32_t pad_id;
 } tn_dataset;
+
+/* Sample i as S ids and labels (padding: pad_id, label -100). */
+void tn_dataset_row(const tn_dataset *d, int i, int32_t *ids, int32_t *labels);
 
 void tn_dataset_free(tn_dataset *d);
 
@@ -41,6 +50,14 @@ typedef struct {
 void tn_sampler_init(tn_sampler *s, int n, uint64_t seed);
 void tn_sampler_free(tn_sampler *s);
 int tn_sampler_get(tn_sampler *s, int64_t k);
+/* Data parallelism: the sampler's stream is cut into global batches of world * accum * B samples; rank r
+ * takes the contiguous slice [r * accum * B, (r + 1) * accum * B) of each, micro-batch a its a-th B rows.
+ * So each epoch's samples are used exactly once across all ranks whatever the world size; an epoch whose
+ * size the global batch does not divide ends inside a global batch, which is completed from the next
+ * epoch's shuffle (no sample dropped, none repeated within an epoch). Returns the stream position of row b. */
+static inline int64_t tn_dist_position(int64_t batch_start, int rank, int accum, int B, int a, int b) {
+    return batch_start + ((int64_t)rank * accum + a) * B + b;
+}
 /* Copy samples k0 .. k0+B-1 (sampler order) into ids/labels [B, S]. */
 void tn_batch_fill(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, int32_t *ids, int32_t *labels);
 

@@ -162,6 +162,31 @@ static void bind_tensors(tn_model *m, float *slab, tn_layer_tensors *lt, int gra
     }
 }
 
+/* Group of a tensor for the backward order: its layer, L for the final norm / lm_head, -1 for the embedding. */
+static int param_group(const tn_model *m, const char *name) {
+    int l;
+    if (sscanf(name, "model.layers.%d.", &l) == 1) return l;
+    return strcmp(name, "model.embed_tokens.weight") == 0 ? -1 : m->L;
+}
+
+static void compute_frontiers(tn_model *m) {
+    m->frontier = tn_xcalloc((size_t)m->L + 2, sizeof *m->frontier);
+    for (int g = -1; g <= m->L; g++) {
+        size_t lo = m->n_trainable;
+        for (int i = 0; i < m->n_params; i++) {
+            const tn_param *p = &m->params[i];
+            if (p->trainable && param_group(m, p->name) >= g && p->offset < lo) lo = p->offset;
+        }
+        m->frontier[g + 1] = lo;
+    }
+}
+
+size_t tn_model_grad_frontier(const tn_model *m, int g) {
+    if (g < -1) g = -1;
+    if (g > m->L) g = m->L;
+    return m->frontier[g + 1];
+}
+
 tn_model *tn_model_create(const tn_model_config *cfg, const tn_lora_config *lora, const tn_backend *be) {
     tn_model *m = tn_xcalloc(1, sizeof *m);
     m->cfg = *cfg;
@@ -191,6 +216,7 @@ tn_model *tn_model_create(const tn_model_config *cfg, const tn_lora_config *lora
     m->d_embed = param_ptr(m, m->grad, "model.embed_tokens.weight", 0, 1);
     m->d_norm = param_ptr(m, m->grad, "model.norm.weight", 0, 1);
     m->d_lm_head = cfg->tie_word_embeddings ? m->d_embed : param_ptr(m, m->grad, "lm_head.weight", 0, 1);
+    compute_frontiers(m);
     return m;
 }
 
@@ -201,6 +227,7 @@ void tn_model_free(tn_model *m) {
     free(m->w);
     free(m->dw);
     free(m->params);
+    free(m->frontier);
     free(m);
 }
 

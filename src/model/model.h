@@ -64,7 +64,19 @@ typedef struct {
     float *embed, *norm, *lm_head;       /* lm_head == embed when tied */
     float *d_embed, *d_norm, *d_lm_head; /* NULL when frozen */
     tn_layer_tensors *w, *dw;            /* per layer */
+
+    /* Backward calls grad_ready(ctx, from) each time the gradients [from, n_trainable) are final (after
+     * the lm_head/final norm, after each layer, after the embedding): the data-parallel trainer launches
+     * each bucket's all-reduce from there, overlapping communication with the rest of backward. */
+    void (*grad_ready)(void *ctx, size_t from);
+    void *grad_ready_ctx;
+    size_t *frontier;                    /* [L + 2]: see tn_model_grad_frontier */
 } tn_model;
+
+/* Lowest trainable-slab offset of the tensors of group >= g, where a tensor's group is its layer index,
+ * L for the final norm and lm_head, -1 for the embedding (its gradient is final only at the very end). The
+ * slab order makes groups contiguous and ascending, so [frontier, n_trainable) is exactly groups >= g. */
+size_t tn_model_grad_frontier(const tn_model *m, int g);
 
 /* Build the layout and allocate zeroed slabs. lora may be NULL (full fine-tuning). */
 tn_model *tn_model_create(const tn_model_config *cfg, const tn_lora_config *lora, const tn_backend *be);
@@ -82,6 +94,11 @@ int tn_model_save_hf(const tn_model *m, const char *dir, size_t max_shard_bytes)
 int tn_lora_config_load(const char *adapter_dir, tn_lora_config *lora);
 int tn_model_load_adapter(tn_model *m, const char *adapter_dir);
 int tn_model_save_adapter(const tn_model *m, const char *adapter_dir);
+/* Copies the tokenizer files of an HF folder (tokenizer.json, tokenizer_config.json, ...) that exist in
+ * from/ into to/, each atomically. The number copied, or < 0 when a write failed. */
+int tn_model_copy_tokenizer_files(const char *from, const char *to);
+/* W += (alpha / r) B A for every adapted projection (merge.c): the base alone then equals base + adapter. */
+void tn_model_merge_lora(tn_model *m);
 /* Host copies of one tensor (for tests/exports). */
 void tn_model_get(const tn_model *m, const tn_param *p, float *host);
 void tn_model_set(tn_model *m, const tn_param *p, const float *host);
@@ -91,6 +108,9 @@ typedef struct tn_acts tn_acts;
 /* Workspace for batches up to B x S; checkpointing keeps only each layer's input and recomputes. */
 tn_acts *tn_acts_create(const tn_model *m, int B, int S, int checkpointing);
 void tn_acts_free(tn_acts *a);
+/* Position of the next micro-batch's row 0 in its global batch (LoRA dropout masks are drawn per global
+ * row, so any split of the global batch into ranks and micro-batches draws the same masks). */
+void tn_acts_set_first_row(tn_acts *a, int64_t first_row);
 size_t tn_acts_bytes(const tn_acts *a);
 
 /* Forward + cross-entropy + backward for one micro-batch [B, S] (HF label convention: position t is
@@ -99,6 +119,9 @@ size_t tn_acts_bytes(const tn_acts *a);
  * dropout_seed varies per micro-step (LoRA dropout masks). */
 double tn_model_forward_backward(tn_model *m, tn_acts *a, const int32_t *ids, const int32_t *labels, int B,
                                  int S, float grad_scale, int64_t *n_valid, uint64_t dropout_seed);
+/* Forward + cross-entropy only (no dropout, no gradients): the summed loss; *n_valid += targets. */
+double tn_model_eval_loss(tn_model *m, tn_acts *a, const int32_t *ids, const int32_t *labels, int B, int S,
+                          int64_t *n_valid);
 /* Forward only: logits [B*S, V] (host memory) for evaluation and generation. */
 void tn_model_logits(tn_model *m, tn_acts *a, const int32_t *ids, int B, int S, float *logits_host);
 

@@ -26,6 +26,7 @@ typedef struct {
 struct tn_acts {
     const tn_backend *be;
     int B, S, T, TC, checkpointing;
+    int64_t first_row;   /* index of row 0 in the global batch: keys the per-row dropout masks */
     size_t n_floats;
     float *slab;         /* every float buffer below is a range of this */
     layer_acts *layer;   /* [L] (checkpointing: all entries alias one set) */
@@ -151,12 +152,23 @@ static uint64_t lora_seed(uint64_t seed, int layer, int target) {
     return seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(layer * TN_LT_COUNT + target + 1));
 }
 
+/* Dropout mask of one row of the global batch: depends on the row's place in the global batch, not on
+ * how the batch is split into ranks and micro-batches, so every split draws the same masks. */
+static void row_dropout(const tn_model *m, const tn_acts *a, float *y, const float *x, int in, uint64_t seed) {
+    size_t row = (size_t)a->S * in;
+    for (int b = 0; b < a->B; b++)
+        m->be->dropout(y + b * row, x + b * row, row, (float)m->lora.dropout,
+                       seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(a->first_row + b + 1)));
+}
+
 /* LoRA input: x itself, or its dropout (regenerated identically in backward from the seed). */
 static const float *lora_input(const tn_model *m, tn_acts *a, const float *x, int in, uint64_t seed) {
     if (m->lora.dropout <= 0) return x;
-    m->be->dropout(a->drop_x, x, (size_t)a->T * in, (float)m->lora.dropout, seed);
+    row_dropout(m, a, a->drop_x, x, in, seed);
     return a->drop_x;
 }
+
+void tn_acts_set_first_row(tn_acts *a, int64_t first_row) { a->first_row = first_row; }
 
 /* y[T, out] (row stride ldy) += scale * (drop(x)[T, in] A^T) B^T ; saves la = drop(x) A^T [T, r] */
 static void lora_forward(const tn_model *m, tn_acts *a, const tn_lora_pair *w, float *la, const float *x,
@@ -186,7 +198,7 @@ static void lora_backward(const tn_model *m, tn_acts *a, const tn_lora_pair *w, 
     } else {
         size_t n = (size_t)T * in;
         be->matmul(0, 0, T, in, r, 1.0f, a->dla, r, w->A, in, 0.0f, a->drop_dx, in);
-        be->dropout(a->drop_dx, a->drop_dx, n, (float)m->lora.dropout, seed); /* same mask, same 1/(1-p) */
+        row_dropout(m, a, a->drop_dx, a->drop_dx, in, seed); /* same mask, same 1/(1-p) */
         for (size_t i = 0; i < n; i++) dx[i] += a->drop_dx[i]; /* CPU-only path; see backend note */
     }
 }
@@ -300,6 +312,12 @@ static void forward_layers(tn_model *m, tn_acts *a, const int32_t *ids, uint64_t
     be->rmsnorm_forward(a->xnf, a->rstdf, a->x + m->L * TD, m->norm, a->T, m->D, (float)m->cfg.rms_norm_eps);
 }
 
+/* Tells the hook that every gradient of group >= g (layers g.., then final norm and lm_head; -1 = all)
+ * is final for this backward pass. */
+static void grad_ready(const tn_model *m, int g) {
+    if (m->grad_ready) m->grad_ready(m->grad_ready_ctx, tn_model_grad_frontier(m, g));
+}
+
 /* Uses a fixed B, S for the workspace: the batch must have exactly the workspace's shape. */
 static void set_shape(tn_acts *a, int B, int S) {
     if (B != a->B || S != a->S) tn_die("batch %dx%d differs from the workspace %dx%d", B, S, a->B, a->S);
@@ -331,12 +349,38 @@ double tn_model_forward_backward(tn_model *m, tn_acts *a, const int32_t *ids, co
     }
     be->zero(a->dres, TD);
     be->rmsnorm_backward(a->dres, m->d_norm, a->dxn, a->x + m->L * TD, m->norm, a->rstdf, T, D);
+    grad_ready(m, m->L);
 
     for (int l = m->L - 1; l >= 0; l--) {
         if (a->checkpointing) layer_forward(m, a, l, a->x + l * TD, a->x + (l + 1) * TD, dropout_seed);
         layer_backward(m, a, l, a->x + l * TD, dropout_seed);
+        grad_ready(m, l);
     }
     if (m->d_embed) be->embedding_backward(m->d_embed, a->dres, a->ids, T, D);
+    grad_ready(m, -1);
+    return loss;
+}
+
+double tn_model_eval_loss(tn_model *m, tn_acts *a, const int32_t *ids, const int32_t *labels, int B, int S,
+                          int64_t *n_valid) {
+    const tn_backend *be = m->be;
+    set_shape(a, B, S);
+    check_batch(m, a, ids, labels, B, S);
+    const int T = a->T, D = m->D, V = m->V;
+    for (int b = 0; b < B; b++)
+        for (int s = 0; s < S; s++)
+            a->host_targets[b * S + s] = s + 1 < S ? labels[b * S + s + 1] : -100;
+    be->upload_i32(a->targets, a->host_targets, (size_t)T);
+    double p = m->lora.dropout; /* evaluation runs without dropout */
+    m->lora.dropout = 0;
+    forward_layers(m, a, ids, 0);
+    m->lora.dropout = p;
+    double loss = 0.0;
+    for (int t0 = 0; t0 < T; t0 += a->TC) {
+        int n = t0 + a->TC < T ? a->TC : T - t0;
+        be->matmul(0, 1, n, V, D, 1.0f, a->xnf + (size_t)t0 * D, D, m->lm_head, D, 0.0f, a->logits, V);
+        loss += be->cross_entropy(a->logits, a->targets + t0, n, V, 0.0f, n_valid);
+    }
     return loss;
 }
 

@@ -10,7 +10,11 @@
 #include "core/core.h"
 #include "data/dataset.h"
 #include "model/model.h"
+#include "outputs/progress.h"
+#include "outputs/run_log.h"
+#include "trainer/checkpoint.h"
 #include "trainer/demo_eval.h"
+#include "trainer/replica.h"
 #include "trainer/trainer.h"
 
 #define DEMO_TRAIN_SAMPLES 20000
@@ -40,7 +44,11 @@ static tn_model *load_model(const tn_train_config *cfg) {
     tn_model *m = NULL;
     if (tn_model_config_load(cfg_path, &mc) != 0) goto out;
     tn_lora_config lora = {0};
-    if (cfg->finetuning_type == TN_FT_LORA) {
+    if (cfg->finetuning_type == TN_FT_LORA && cfg->adapter_name_or_path[0]) {
+        /* continue training an existing adapter: its own r, alpha and targets */
+        if (tn_lora_config_load(cfg->adapter_name_or_path, &lora) != 0) goto out;
+        lora.dropout = cfg->lora_dropout;
+    } else if (cfg->finetuning_type == TN_FT_LORA) {
         lora.r = cfg->lora_rank;
         lora.alpha = cfg->lora_alpha;
         lora.dropout = cfg->lora_dropout;
@@ -51,7 +59,8 @@ static tn_model *load_model(const tn_train_config *cfg) {
     }
     m = tn_model_create(&mc, &lora, tn_backend_cpu());
     tn_model_init_random(m, (uint64_t)cfg->seed); /* LoRA adapters (and a fresh model) start from here */
-    if (!fresh && tn_model_load_hf(m, cfg->model_name_or_path) != 0) {
+    if ((!fresh && tn_model_load_hf(m, cfg->model_name_or_path) != 0) ||
+        (lora.r && cfg->adapter_name_or_path[0] && tn_model_load_adapter(m, cfg->adapter_name_or_path) != 0)) {
         tn_model_free(m);
         m = NULL;
     }
@@ -60,9 +69,14 @@ out:
     return m;
 }
 
+/* The final model as LLaMA-Factory leaves it: a PEFT adapter for LoRA; for full fine-tuning an HF folder
+ * with the base model's tokenizer files, so the folder loads as a model on its own. */
 static int save_outputs(const tn_train_config *cfg, const tn_model *m) {
     if (m->lora.r) return tn_model_save_adapter(m, cfg->output_dir);
-    return tn_model_save_hf(m, cfg->output_dir, 0);
+    int rc = tn_model_save_hf(m, cfg->output_dir, (size_t)5 << 30);
+    if (rc == 0 && cfg->model_name_or_path[0] && tn_model_copy_tokenizer_files(cfg->model_name_or_path, cfg->output_dir) < 0)
+        rc = tn_err("%s: cannot copy the tokenizer files", cfg->output_dir);
+    return rc;
 }
 
 static void print_banner(const tn_train_config *cfg, const tn_model *m, const tn_trainer *t) {
@@ -70,58 +84,263 @@ static void print_banner(const tn_train_config *cfg, const tn_model *m, const tn
     printf("tandem: %s model, %d layers, hidden %d, vocab %d: %.2fM parameters, %.2fM trainable (%s)\n",
            m->cfg.model_type, m->L, m->D, m->V, base / 1e6, m->n_trainable / 1e6,
            m->lora.r ? "LoRA" : "full fine-tuning");
-    printf("tandem: %d steps of %d x %d sequences x %d tokens, lr %.2g (%s, %d warmup), %d threads\n", t->total_steps,
-           t->micro_batch, t->accum, t->data->S, cfg->learning_rate, tn_train_config_sched_name(cfg), t->warmup_steps,
-           m->be->num_threads());
+    printf("tandem: %d steps of %d rank(s) x %d x %d sequences x %d tokens, lr %.2g (%s, %d warmup), "
+           "%d threads per rank\n",
+           t->total_steps, t->world, t->micro_batch, t->accum, t->data->S, cfg->learning_rate,
+           tn_train_config_sched_name(cfg), t->warmup_steps, m->be->num_threads());
+    if (t->comm && t->world > 1) {
+        const tn_comm_info *in = tn_comm_get_info(t->comm);
+        printf("tandem: data parallel over %d rank(s) on %d machine(s)%s; gradients all-reduced once per step "
+               "in %d bucket(s) of <= %.3g MB\n",
+               in->size, in->n_nodes, in->n_nodes > 1 ? " (hierarchical: inside each machine first)" : "",
+               (int)((m->n_trainable * sizeof(float) + (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0) - 1) /
+                     (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0)),
+               cfg->ddp_bucket_cap_mb);
+    }
     fflush(stdout);
 }
 
-int tn_job_train(const tn_train_config *cfg) {
-    tn_dataset train, eval;
-    if (load_data(cfg, &train, &eval) != 0) return -1;
-    tn_model *m = load_model(cfg);
-    if (!m) {
-        tn_dataset_free(&train);
-        tn_dataset_free(&eval);
-        return -1;
-    }
+/* Every rank calls this after a local step that may fail; -1 (this rank reports) or -2 (another rank does)
+ * when any rank failed, so that no rank goes on to wait for one that has stopped. */
+static int agree(tn_comm *c, int rc) {
+    int first = tn_replica_first_failure(c, rc != 0);
+    if (first < 0) return 0;
+    return first == tn_comm_get_info(c)->rank ? -1 : -2;
+}
+
+typedef struct {
+    const tn_train_config *cfg;
+    tn_trainer *t;
+    tn_comm *comm;
+    int lead;
+    uint64_t config_fingerprint;
+    tn_run_log *log;          /* rank 0 only */
+    const tn_dataset *eval;   /* NULL: no evaluation set */
+    double t0;                /* when this process started training */
+    int start_step;           /* step resumed from (0 for a fresh run) */
+    double loss_sum;          /* token-weighted, over this process's steps */
+    int64_t loss_tokens;
+    double comm_wait;
+} job_ctx;
+
+static double epoch_of(const tn_trainer *t) { return t->data->n ? (double)t->samples_seen / t->data->n : 0; }
+
+/* HF TrainerState fields for trainer_state.json (in checkpoints and at the end). */
+static tn_trainer_state_info state_info(const job_ctx *j, int saving) {
+    const tn_trainer *t = j->t;
+    const tn_train_config *cfg = j->cfg;
+    int64_t global = (int64_t)t->world * t->micro_batch * t->accum;
+    double epochs = cfg->max_steps > 0 ? ceil((double)t->total_steps * global / (t->data->n ? t->data->n : 1))
+                                       : ceil(cfg->num_train_epochs);
+    tn_trainer_state_info in = {.global_step = t->step, .max_steps = t->total_steps, .epoch = epoch_of(t),
+                                .num_train_epochs = (int)epochs, .logging_steps = cfg->logging_steps,
+                                .eval_steps = cfg->eval_strategy == TN_EVAL_STEPS ? cfg->eval_steps : 500,
+                                .save_steps = cfg->save_steps > 0 ? cfg->save_steps : 500,
+                                .train_batch_size = t->micro_batch, .should_save = saving,
+                                .should_training_stop = saving && t->step >= t->total_steps};
+    /* 6 N T per token trained (HF's floating_point_ops estimate), over the steps done */
+    in.total_flos = 6.0 * (double)t->model->n_total * (double)t->step * (double)global * t->data->S;
+    return in;
+}
+
+static int write_state_into(void *ctx, const char *dir) {
+    const job_ctx *j = ctx;
+    tn_trainer_state_info in = state_info(j, 1);
+    return tn_run_log_write_state(j->log, dir, &in);
+}
+
+/* Rank 0 writes checkpoint-<step>/ (then applies save_total_limit); every rank learns whether it worked. */
+static int save_checkpoint(const job_ctx *j) {
     int rc = 0;
-    if (is_demo(cfg) && m->V < TN_BYTE_VOCAB)
-        rc = tn_err("%s: the demo's byte vocabulary needs vocab_size >= %d, the model has %d", cfg->source_path,
-                    TN_BYTE_VOCAB, m->V);
-    tn_trainer *t = rc ? NULL : tn_trainer_create(cfg, m, &train);
-    if (t) {
-        print_banner(cfg, m, t);
-        double t0 = tn_now(), window_loss = 0, last = t0;
-        int64_t window_tokens = 0, window_seen = 0;
-        for (int s = 0; s < t->total_steps; s++) {
-            tn_step_stats st;
-            if (tn_trainer_step(t, &st) != 0) {
-                fprintf(stderr, "tandem: warning: %s\n", tn_errmsg());
-                continue;
-            }
-            window_loss += st.loss * (double)st.tokens;
-            window_tokens += st.tokens;
-            window_seen += st.seen;
-            if (t->step % cfg->logging_steps == 0 || t->step == t->total_steps) {
-                double now = tn_now();
-                printf("step %5d/%d | loss %.4f | grad_norm %.3f | lr %.3e | %.0f tok/s\n", t->step, t->total_steps,
-                       window_loss / (double)(window_tokens ? window_tokens : 1), st.grad_norm, st.lr,
-                       (double)window_seen / (now - last));
-                fflush(stdout);
-                window_loss = 0, window_tokens = 0, window_seen = 0, last = now;
-            }
-        }
-        printf("tandem: trained %d steps in %.1f s\n", t->step, tn_now() - t0);
-        rc = save_outputs(cfg, m);
-        if (rc == 0) printf("tandem: saved %s to %s\n", m->lora.r ? "LoRA adapter" : "model", cfg->output_dir);
-        if (rc == 0 && is_demo(cfg)) {
-            printf("tandem: held-out problems (never trained on), greedy completions:\n");
-            double acc = tn_demo_report(m, &eval, 8);
-            printf("tandem: held-out accuracy %.1f%% (%d problems)\n", 100.0 * acc, eval.n / 50 * 50);
-        }
-        tn_trainer_free(t);
+    if (j->lead) {
+        tn_ckpt_state st = {.step = j->t->step, .samples_seen = j->t->samples_seen, .adam_step = j->t->opt->step,
+                            .config_fingerprint = j->config_fingerprint};
+        rc = tn_checkpoint_save(j->cfg->output_dir, j->t->model, j->t->opt, &st, !j->cfg->save_only_model,
+                                write_state_into, (void *)j);
+        if (rc == 0) rc = tn_checkpoint_prune(j->cfg->output_dir, j->cfg->save_total_limit);
     }
+    return agree(j->comm, rc);
+}
+
+static int evaluate(job_ctx *j, double *loss, double *runtime) {
+    double t0 = tn_now();
+    *loss = tn_trainer_eval(j->t, j->eval);
+    *runtime = tn_now() - t0;
+    return isnan(*loss) ? -1 : 0;
+}
+
+static int train_loop(job_ctx *j) {
+    const tn_train_config *cfg = j->cfg;
+    tn_trainer *t = j->t;
+    const int tty = isatty(fileno(stdout));
+    double window_loss = 0, last = tn_now();
+    int64_t window_tokens = 0, window_seen = 0;
+    while (t->step < t->total_steps) {
+        tn_step_stats st;
+        if (tn_trainer_step(t, &st) != 0) {
+            if (j->lead) fprintf(stderr, "tandem: warning: %s\n", tn_errmsg());
+            continue;
+        }
+        window_loss += st.loss * (double)st.tokens;
+        window_tokens += st.tokens;
+        window_seen += st.seen;
+        j->loss_sum += st.loss * (double)st.tokens;
+        j->loss_tokens += st.tokens;
+        j->comm_wait += st.comm_wait;
+        if (t->step % cfg->logging_steps == 0 || t->step == t->total_steps) {
+            double now = tn_now(), elapsed = now - j->t0;
+            int done = t->step - j->start_step;
+            tn_log_step ls = {.step = t->step, .total_steps = t->total_steps,
+                              .loss = window_loss / (double)(window_tokens ? window_tokens : 1),
+                              .grad_norm = cfg->max_grad_norm > 0 ? st.grad_norm : -1, .learning_rate = st.lr,
+                              .epoch = epoch_of(t), .elapsed_s = elapsed,
+                              .remaining_s = done ? elapsed / done * (t->total_steps - t->step) : 0,
+                              .tokens_per_s = (double)window_seen / (now - last)};
+            if (j->lead) {
+                if (tn_run_log_step(j->log, &ls) != 0) return agree(j->comm, -1);
+                tn_progress_print(&ls, tty);
+            }
+            window_loss = 0, window_tokens = 0, window_seen = 0, last = now;
+        }
+        if (j->eval && cfg->eval_strategy == TN_EVAL_STEPS && t->step % cfg->eval_steps == 0 && t->step < t->total_steps) {
+            double loss, rt;
+            if (agree(j->comm, evaluate(j, &loss, &rt))) return -1;
+            tn_log_eval le = {.step = t->step, .epoch = epoch_of(t), .eval_loss = loss, .runtime_s = rt,
+                              .n_samples = j->eval->n, .total_steps = t->total_steps, .elapsed_s = tn_now() - j->t0,
+                              .n_batches = (j->eval->n + t->world * t->micro_batch - 1) / (t->world * t->micro_batch)};
+            if (j->lead) {
+                printf("tandem: step %d eval_loss %.4f (%d samples, %.1f s)\n", t->step, loss, j->eval->n, rt);
+                if (tn_run_log_eval(j->log, &le) != 0) return agree(j->comm, -1);
+            }
+        }
+        if (cfg->save_steps > 0 && (t->step % cfg->save_steps == 0 || t->step == t->total_steps)) {
+            int rc = save_checkpoint(j);
+            if (rc) return rc;
+        }
+    }
+    if (j->lead) {
+        printf("tandem: trained %d steps in %.1f s", t->step - j->start_step, tn_now() - j->t0);
+        if (t->world > 1) printf(", %.1f%% of it waiting for gradients", 100.0 * j->comm_wait / (tn_now() - j->t0));
+        printf("\n");
+    }
+    return 0;
+}
+
+/* The end of a run as LLaMA-Factory's run_sft leaves it: final evaluation when there is an evaluation set,
+ * then train/eval/all_results.json, trainer_state.json and the loss plot (rank 0). Collective. */
+static int finish_outputs(job_ctx *j) {
+    const tn_trainer *t = j->t;
+    double eval_loss = 0, eval_rt = 0;
+    int rc = j->eval ? agree(j->comm, evaluate(j, &eval_loss, &eval_rt)) : 0;
+    if (rc || !j->lead) return rc;
+    tn_trainer_state_info in = state_info(j, j->cfg->save_steps > 0);
+    int64_t global = (int64_t)t->world * t->micro_batch * t->accum;
+    tn_train_summary sum = {.train_runtime_s = tn_now() - j->t0,
+                            .train_loss = j->loss_tokens ? j->loss_sum / (double)j->loss_tokens : 0,
+                            .epoch = epoch_of(t), .global_step = t->step,
+                            .n_samples_trained = (int)((int64_t)t->total_steps * global), .total_flos = in.total_flos,
+                            .has_eval = j->eval != NULL, .eval_loss = eval_loss, .eval_runtime_s = eval_rt,
+                            .eval_samples = j->eval ? j->eval->n : 0,
+                            .eval_batches = j->eval ? (int)((j->eval->n + global - 1) / (t->world * t->micro_batch)) : 0,
+                            .state = &in};
+    if (j->eval) printf("tandem: eval_loss %.4f on %d held-out samples\n", eval_loss, j->eval->n);
+    return tn_run_log_finish(j->log, j->cfg->output_dir, &sum, j->cfg->plot_loss);
+}
+
+/* LLaMA-Factory's resume rule, on rank 0: resume_from_checkpoint (a folder, or true for the newest in
+ * output_dir); else, unless overwrite_output_dir, the newest complete checkpoint in output_dir; an
+ * output_dir holding trained weights but no checkpoint is an error rather than silently overwritten.
+ * 1 and the folder in dir, 0 for a fresh start, -1 + tn_err. */
+static int find_resume(const tn_train_config *cfg, char *dir, size_t n) {
+    const char *r = cfg->resume_from_checkpoint;
+    if (r[0] && strcmp(r, "true") != 0) {
+        if (!tn_file_exists(r)) return tn_err("%s: key 'resume_from_checkpoint': %s does not exist", cfg->source_path, r);
+        snprintf(dir, n, "%s", r);
+        return 1;
+    }
+    if (r[0] || !cfg->overwrite_output_dir) {
+        if (tn_checkpoint_latest(cfg->output_dir, dir, n)) return 1;
+        if (r[0]) return tn_err("%s: resume_from_checkpoint: no complete checkpoint in %s", cfg->source_path, cfg->output_dir);
+        const char *weights[] = {"model.safetensors", "adapter_model.safetensors", "model.safetensors.index.json"};
+        for (int i = 0; i < 3; i++) {
+            char *p = tn_path_join(cfg->output_dir, weights[i]);
+            int there = tn_file_exists(p);
+            free(p);
+            if (there)
+                return tn_err("%s: output_dir %s already holds a trained model and no checkpoint to resume: set "
+                              "overwrite_output_dir: true to replace it, or another output_dir",
+                              cfg->source_path, cfg->output_dir);
+        }
+    }
+    return 0;
+}
+
+int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fingerprint) {
+    const int rank = tn_comm_get_info(comm)->rank, lead = rank == 0;
+    tn_dataset train = {0}, eval = {0};
+    int rc = agree(comm, load_data(cfg, &train, &eval));
+    tn_model *m = rc ? NULL : load_model(cfg);
+    if (m && is_demo(cfg) && m->V < TN_BYTE_VOCAB) {
+        tn_err("%s: the demo's byte vocabulary needs vocab_size >= %d, the model has %d", cfg->source_path,
+               TN_BYTE_VOCAB, m->V);
+        tn_model_free(m);
+        m = NULL;
+    }
+    if (rc == 0) rc = agree(comm, m ? 0 : -1);
+    tn_trainer *t = NULL;
+    if (rc == 0) {
+        t = tn_trainer_create(cfg, m, &train, comm);
+        rc = agree(comm, t ? 0 : -1);
+    }
+    /* resume on rank 0 (only it needs to see output_dir), then every rank takes rank 0's state */
+    int resumed = 0;
+    char resume_dir[TN_PATH_MAX + 64] = "";
+    if (rc == 0 && lead) {
+        tn_ckpt_state st = {0};
+        resumed = find_resume(cfg, resume_dir, sizeof resume_dir);
+        if (resumed == 1 && tn_checkpoint_load(resume_dir, m, t->opt, &st) == 0) {
+            t->step = st.step;
+            t->samples_seen = st.samples_seen;
+            printf("tandem: resuming from %s (step %d of %d)\n", resume_dir, st.step, t->total_steps);
+        } else if (resumed == 1) {
+            resumed = -1;
+        }
+    }
+    if (rc == 0) rc = agree(comm, resumed < 0 ? -1 : 0);
+    if (rc == 0) rc = agree(comm, tn_replica_sync_params(comm, m));
+    if (rc == 0) rc = agree(comm, tn_replica_sync_position(comm, t->opt, &t->step, &t->samples_seen));
+    job_ctx j = {.cfg = cfg, .t = t, .comm = comm, .lead = lead, .config_fingerprint = config_fingerprint,
+                 .eval = eval.n > 0 && !is_demo(cfg) ? &eval : NULL};
+    if (rc == 0 && lead) { /* trainer_log.jsonl: continued on resume, fresh otherwise */
+        j.log = tn_run_log_open(cfg->output_dir, t->step);
+        if (j.log && t->step > 0 && resume_dir[0] && tn_run_log_load_history(j.log, resume_dir) != 0) {
+            tn_run_log_close(j.log);
+            j.log = NULL;
+        }
+    }
+    if (rc == 0) rc = agree(comm, lead && !j.log ? -1 : 0);
+    if (rc == 0) {
+        if (lead) print_banner(cfg, m, t);
+        j.t0 = tn_now();
+        j.start_step = t->step;
+        rc = train_loop(&j);
+    }
+    if (rc == 0) rc = finish_outputs(&j);
+    if (j.log) tn_run_log_close(j.log);
+    if (rc == 0) {
+        /* rank 0 alone writes; the others wait for its verdict so every rank exits with the same status */
+        if (lead) {
+            rc = save_outputs(cfg, m);
+            if (rc == 0) printf("tandem: saved %s to %s\n", m->lora.r ? "LoRA adapter" : "model", cfg->output_dir);
+            if (rc == 0 && is_demo(cfg)) {
+                printf("tandem: held-out problems (never trained on), greedy completions:\n");
+                double acc = tn_demo_report(m, &eval, 8);
+                printf("tandem: held-out accuracy %.1f%% (%d problems)\n", 100.0 * acc, eval.n / 50 * 50);
+            }
+        }
+        rc = agree(comm, rc);
+    }
+    tn_trainer_free(t);
     tn_model_free(m);
     tn_dataset_free(&train);
     tn_dataset_free(&eval);

@@ -3,8 +3,13 @@
 #ifndef TN_JOB_H
 #define TN_JOB_H
 
+#include "comm/comm.h"
+#include <stdint.h>
+
 #include "config/train_config.h"
 
-int tn_job_train(const tn_train_config *cfg);
+/* Runs on every rank of comm (one rank when not launched by mpirun). 0 ok; -1 failed, this rank reports
+ * tn_errmsg(); -2 failed on another rank, which reports it. */
+int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fingerprint);
 
 #endif

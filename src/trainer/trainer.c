@@ -6,25 +6,32 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "trainer/grad_sync.h"
 
-int tn_trainer_total_steps(const tn_train_config *cfg, int n_samples) {
+int tn_trainer_total_steps(const tn_train_config *cfg, int n_samples, int world) {
     if (cfg->max_steps > 0) return cfg->max_steps;
-    int64_t global = (int64_t)cfg->per_device_train_batch_size * cfg->gradient_accumulation_steps;
+    int64_t global = (int64_t)world * cfg->per_device_train_batch_size * cfg->gradient_accumulation_steps;
     double steps = ceil(cfg->num_train_epochs * (double)n_samples / (double)global);
     return steps < 1 ? 1 : (int)steps;
 }
 
-tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const tn_dataset *data) {
+tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const tn_dataset *data, tn_comm *comm) {
+    tn_grad_sync *sync = tn_grad_sync_create(comm, model, (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0));
+    if (!sync) return NULL;
     tn_trainer *t = tn_xcalloc(1, sizeof *t);
     t->cfg = cfg;
     t->model = model;
     t->data = data;
+    t->comm = comm;
+    t->sync = sync;
+    t->rank = comm ? tn_comm_get_info(comm)->rank : 0;
+    t->world = comm ? tn_comm_get_info(comm)->size : 1;
     t->micro_batch = cfg->per_device_train_batch_size;
     t->accum = cfg->gradient_accumulation_steps;
     t->acts = tn_acts_create(model, t->micro_batch, data->S, cfg->gradient_checkpointing);
     t->opt = tn_adamw_create(model);
     tn_sampler_init(&t->sampler, data->n, (uint64_t)cfg->seed);
-    t->total_steps = tn_trainer_total_steps(cfg, data->n);
+    t->total_steps = tn_trainer_total_steps(cfg, data->n, t->world);
     t->warmup_steps = tn_warmup_steps(cfg, t->total_steps);
     size_t n = (size_t)t->accum * t->micro_batch * data->S;
     t->ids = tn_xmalloc(n * sizeof *t->ids);
@@ -34,6 +41,7 @@ tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const
 
 void tn_trainer_free(tn_trainer *t) {
     if (!t) return;
+    tn_grad_sync_free(t->sync);
     tn_acts_free(t->acts);
     tn_adamw_free(t->opt);
     tn_sampler_free(&t->sampler);
@@ -46,29 +54,44 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     tn_model *m = t->model;
     const int B = t->micro_batch, S = t->data->S;
     const size_t per_micro = (size_t)B * S;
-    /* Fetch the whole step's batch first: the token count normalises every micro-batch's gradient. */
-    int64_t targets = 0;
+    const int64_t per_rank = (int64_t)t->accum * B, global = per_rank * t->world;
+    /* Fetch this rank's slice of the step's global batch first: the global token count normalises every
+     * micro-batch's gradient. */
+    double counts[2] = {0, 0}; /* trained tokens, then (after backward) summed loss */
     for (int a = 0; a < t->accum; a++) {
-        tn_batch_fill(t->data, &t->sampler, t->samples_seen + (int64_t)a * B, B, t->ids + a * per_micro,
+        tn_batch_fill(t->data, &t->sampler, tn_dist_position(t->samples_seen, t->rank, t->accum, B, a, 0), B, t->ids + a * per_micro,
                       t->labels + a * per_micro);
-        targets += tn_count_targets(t->labels + a * per_micro, B, S);
+        counts[0] += (double)tn_count_targets(t->labels + a * per_micro, B, S);
     }
-    t->samples_seen += (int64_t)t->accum * B;
+    if (t->world > 1 && tn_comm_allreduce_f64(t->comm, counts, 1) != 0)
+        return tn_err("step %d: token count all-reduce failed: %s", t->step + 1, tn_errmsg());
+    int64_t targets = (int64_t)counts[0];
+    t->samples_seen += global;
     float scale = targets > 0 ? 1.0f / (float)targets : 0.0f;
 
     m->be->zero(m->grad, m->n_trainable);
     double loss = 0.0;
     int64_t counted = 0;
+    /* one dropout seed per step; masks are keyed by the row's place in the global batch (split-invariant) */
+    uint64_t seed = ((uint64_t)t->cfg->seed << 32) ^ ((uint64_t)t->step * 0x9E3779B97F4A7C15ull);
     for (int a = 0; a < t->accum; a++) {
-        uint64_t seed = ((uint64_t)t->cfg->seed << 32) ^ ((uint64_t)t->step * 131u + (uint64_t)a);
+        tn_acts_set_first_row(t->acts, tn_dist_position(0, t->rank, t->accum, B, a, 0));
+        if (a == t->accum - 1) tn_grad_sync_arm(t->sync);
         loss += tn_model_forward_backward(m, t->acts, t->ids + a * per_micro, t->labels + a * per_micro, B, S, scale,
                                           &counted, seed);
     }
+    if (tn_grad_sync_finish(t->sync) != 0) return tn_err("step %d: %s", t->step + 1, tn_errmsg());
+    counts[1] = loss;
+    if (t->world > 1 && tn_comm_allreduce_f64(t->comm, counts + 1, 1) != 0)
+        return tn_err("step %d: loss all-reduce failed: %s", t->step + 1, tn_errmsg());
+    loss = counts[1];
     memset(st, 0, sizeof *st);
     st->tokens = targets;
-    st->seen = (int64_t)t->accum * (int64_t)per_micro;
+    st->seen = global * S;
+    st->comm_wait = tn_grad_sync_get_stats(t->sync)->wait_s;
     st->loss = targets > 0 ? loss / (double)targets : 0.0;
     st->lr = tn_lr_at(t->cfg->lr_scheduler_type, t->cfg->learning_rate, t->step, t->warmup_steps, t->total_steps);
+    /* the summed gradients are bit-identical on every rank, so the norm, the skip decision and the update are too */
     st->grad_norm = tn_clip_grad_norm(m, t->cfg->max_grad_norm);
     if (!isfinite(st->loss) || !isfinite(st->grad_norm)) {
         t->step++;
@@ -82,4 +105,35 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     tn_adamw_step(t->opt, m, &h, st->lr);
     t->step++;
     return 0;
+}
+
+double tn_trainer_eval(tn_trainer *t, const tn_dataset *eval) {
+    const int B = t->micro_batch, S = t->data->S;
+    if (eval->S != S) {
+        tn_err("evaluation samples are %d tokens, training samples %d", eval->S, S);
+        return NAN;
+    }
+    double sums[2] = {0, 0}; /* loss, targets */
+    int mine = eval->n > t->rank ? (eval->n - t->rank + t->world - 1) / t->world : 0;
+    for (int k0 = 0; k0 < mine; k0 += B) {
+        /* rows beyond this rank's share are padding without targets (the workspace has B rows) */
+        for (int b = 0; b < B; b++) {
+            int64_t k = k0 + b, i = (int64_t)t->rank + k * t->world;
+            int32_t *ids = t->ids + (size_t)b * S, *labels = t->labels + (size_t)b * S;
+            if (k < mine) {
+                tn_dataset_row(eval, (int)i, ids, labels);
+            } else {
+                memset(ids, 0, (size_t)S * sizeof *ids);
+                for (int s = 0; s < S; s++) labels[s] = -100;
+            }
+        }
+        int64_t n = 0;
+        sums[0] += tn_model_eval_loss(t->model, t->acts, t->ids, t->labels, B, S, &n);
+        sums[1] += (double)n;
+    }
+    if (t->world > 1 && tn_comm_allreduce_f64(t->comm, sums, 2) != 0) {
+        tn_err("evaluation all-reduce failed: %s", tn_errmsg());
+        return NAN;
+    }
+    return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }

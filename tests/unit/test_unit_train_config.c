@@ -109,7 +109,7 @@ static void defaults(void) {
     CHECK(c.max_grad_norm == 1.0);
     CHECK(c.weight_decay == 0);
     CHECK(c.adam_beta1 == 0.9 && c.adam_beta2 == 0.999 && c.adam_epsilon == 1e-8);
-    CHECK(c.gradient_checkpointing == 0);
+    CHECK(c.gradient_checkpointing == -1); /* unset until finish applies LLaMA-Factory's default (on) */
     CHECK(c.seed == 42);
     CHECK(strcmp(c.output_dir, "saves/tandem") == 0);
     CHECK(c.logging_steps == 10);
@@ -117,6 +117,49 @@ static void defaults(void) {
     CHECK(c.overwrite_output_dir == 0);
     CHECKF(tn_train_config_finish(&c) == 0, "%s", tn_errmsg());
     CHECK(c.lora_alpha == 16.0); /* 2 * default rank */
+    /* LLaMA-Factory's defaults where they differ from HF's */
+    CHECK(c.gradient_checkpointing == 1 && c.stage == TN_STAGE_SFT && c.packing == 0);
+    CHECK(strcmp(c.dataset_dir, "data") == 0 && c.enable_thinking == 1 && c.eval_strategy == TN_EVAL_NO);
+    CHECK(c.per_device_eval_batch_size == 8 && c.eval_steps == c.logging_steps && c.notices[0] == 0);
+
+    /* LLaMA-Factory's example skeleton (examples/train_lora/qwen3_lora_sft.yaml) parses as it is */
+    const char *lf = "model_name_or_path: Qwen/Qwen3-4B-Instruct-2507\ntrust_remote_code: true\nstage: sft\n"
+                     "do_train: true\nfinetuning_type: lora\nlora_rank: 8\nlora_target: all\n"
+                     "deepspeed: examples/deepspeed/ds_z3_config.json\ndataset: identity,alpaca_en_demo\n"
+                     "template: qwen3_nothink\ncutoff_len: 2048\nmax_samples: 1000\npreprocessing_num_workers: 16\n"
+                     "dataloader_num_workers: 4\noutput_dir: saves/qwen3-4b/lora/sft\nlogging_steps: 10\n"
+                     "save_steps: 500\nplot_loss: true\noverwrite_output_dir: true\nsave_only_model: false\n"
+                     "report_to: none\nper_device_train_batch_size: 1\ngradient_accumulation_steps: 8\n"
+                     "learning_rate: 1.0e-4\nnum_train_epochs: 3.0\nlr_scheduler_type: cosine\nwarmup_ratio: 0.1\n"
+                     "bf16: true\nddp_timeout: 180000000\nresume_from_checkpoint: null\nval_size: 0.1\n"
+                     "per_device_eval_batch_size: 1\neval_strategy: steps\neval_steps: 500\n";
+    CHECKF(tn_train_config_parse(lf, "lf.yaml", &c) == 0, "%s", tn_errmsg());
+    CHECKF(tn_train_config_finish(&c) == 0, "%s", tn_errmsg());
+    CHECK(strcmp(c.dataset, "identity,alpaca_en_demo") == 0 && strcmp(c.template_name, "qwen3_nothink") == 0);
+    CHECK(c.max_samples == 1000 && c.plot_loss == 1 && c.save_steps == 500 && c.val_size == 0.1);
+    CHECK(c.eval_strategy == TN_EVAL_STEPS && c.eval_steps == 500 && c.per_device_eval_batch_size == 1);
+    CHECK(c.resume_from_checkpoint[0] == 0 && strcmp(c.output_dir, "saves/qwen3-4b/lora/sft") == 0);
+    /* one notice line per Python-world key, saying what tandem does instead */
+    int lines = 0;
+    for (const char *q = c.notices; *q; q++) lines += *q == '\n';
+    CHECKF(lines == 7, "%d notices:\n%s", lines, c.notices);
+    CHECK(strstr(c.notices, "deepspeed: ") && strstr(c.notices, "trust_remote_code: ") && strstr(c.notices, "bf16: "));
+    /* pt turns packing on; disable_gradient_checkpointing turns checkpointing off */
+    CHECK(tn_train_config_parse("model_config: x.json\nstage: pt\ndisable_gradient_checkpointing: true\n", "p.yaml", &c) == 0);
+    CHECK(tn_train_config_finish(&c) == 0 && c.packing == 1 && c.gradient_checkpointing == 0);
+    /* features LLaMA-Factory has and tandem does not: one clear error naming the key */
+    const char *unsupported[] = {"stage: dpo\n", "eval_dataset: alpaca_en_demo\n", "quantization_bit: 4\n",
+                                 "optim: sgd\n", "neat_packing: true\n"};
+    for (int i = 0; i < 5; i++) {
+        char y[256];
+        snprintf(y, sizeof y, "model_config: x.json\n%s", unsupported[i]);
+        CHECKF(tn_train_config_parse(y, "u.yaml", &c) != 0 && strstr(tn_errmsg(), "u.yaml:2: key '"),
+               "%s -> %s", unsupported[i], tn_errmsg());
+    }
+    CHECK(tn_train_config_parse("model_config: x.json\ndo_train: false\n", "t.yaml", &c) == 0);
+    CHECK(tn_train_config_finish(&c) != 0 && strstr(tn_errmsg(), "do_train"));
+    CHECK(tn_train_config_parse("model_config: x.json\neval_strategy: steps\n", "t.yaml", &c) == 0);
+    CHECK(tn_train_config_finish(&c) != 0 && strstr(tn_errmsg(), "val_size"));
 
     /* lora_alpha follows lora_rank (YAML or override) when not given */
     CHECK(tn_train_config_parse("model_config: x.json\nlora_rank: 32\n", "d.yaml", &c) == 0);

@@ -1,0 +1,132 @@
+"""bench_dp.py -- data-parallel weak scaling of tandem vs PyTorch DDP (gloo), in one invocation.
+
+Weak-scaling efficiency = T1 / T2: median step time of 1 rank (1 thread) over that of 2 ranks (1 thread each),
+the same per-rank batch, on the core issue's configs. Phases, every one measured for tandem and then by
+../shared/ref/ddp_ref.py for PyTorch, in this same run:
+  local   2 ranks on this machine (tandem: mpirun -n 2, one core each; PyTorch: gloo over loopback)
+  netns   2 simulated machines (network namespaces) joined by a veth pair shaped with
+          `tc qdisc ... tbf rate 100mbit burst 32kbit latency 400ms` on both ends (ddp_ref.py's shaping);
+          tandem through scripts/netns (rsh agent, hostfile), one rank per machine.
+It also measures one plain TCP stream over the shaped link (iperf3) and states the physical limit of plain
+data parallelism next to each netns figure: a 2-machine all-reduce must move the gradient bytes G across
+the link in each direction, so a step takes at least max(T1, G / stream rate) even when fully overlapped.
+
+Usage (root, for the namespaces):  bench/bench_dp.sh [--configs tiny,small,small-lora] [--phases local,netns]
+                                   [--no-torch] [--json OUT.jsonl] [--steps K]
+"""
+import argparse, json, os, subprocess, sys, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BIN = os.path.join(ROOT, "build", "tandem")
+KIT = os.path.join(ROOT, "scripts", "netns", "netns.sh")
+REF = os.path.abspath(os.path.join(ROOT, "..", "shared", "ref"))
+SHAPE = ["--rate", "100mbit", "--burst", "32kbit", "--latency", "400ms"]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
+           TANDEM_NETNS="tbench")
+
+
+def run(cmd, **kw):
+    print("  $ " + " ".join(cmd), file=sys.stderr, flush=True)
+    p = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, text=True, **kw)
+    if p.returncode != 0:
+        sys.exit(f"bench_dp: command failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}")
+    return p.stdout
+
+
+def tandem_json(out):
+    return [json.loads(l) for l in out.splitlines() if l.startswith("{\"impl\"")][-1]
+
+
+def bench_args(cfg, steps):
+    preset, lora = (cfg[:-5], ["--lora"]) if cfg.endswith("-lora") else (cfg, [])
+    return ["bench", "train", "--preset", preset, *lora, "--steps", str(steps or (10 if preset == "tiny" else 4))]
+
+
+def iperf_rate():
+    """MB/s (10^6) of one TCP stream over the shaped link, 10 s, machine 1 -> machine 0 server."""
+    srv = subprocess.Popen([KIT, "exec", "0", "iperf3", "-s", "-1", "-B", "10.77.0.1"], env=ENV,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    try:
+        out = run([KIT, "exec", "1", "iperf3", "-c", "10.77.0.1", "-t", "10", "-J"])
+    finally:
+        srv.wait(timeout=30)
+    j = json.loads(out)
+    return j["end"]["sum_received"]["bits_per_second"] / 8e6
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--configs", default="tiny,small,small-lora")
+    ap.add_argument("--phases", default="local,netns")
+    ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    configs, phases = a.configs.split(","), a.phases.split(",")
+    res = {}  # (impl, phase, config) -> ms_step
+    rows = []
+    for cfg in configs:
+        r = tandem_json(run([BIN, *bench_args(cfg, a.steps)]))
+        res[("tandem", "base", cfg)] = r["ms_step"]
+        rows.append(dict(impl="tandem", phase="base", **r))
+        print(f"tandem {cfg} 1 rank: {r['ms_step']:.1f} ms/step", file=sys.stderr, flush=True)
+    if "local" in phases:
+        for cfg in configs:
+            r = tandem_json(run(["mpirun", "-n", "2", "--bind-to", "core", "--map-by", "core", "-x", "OMP_NUM_THREADS",
+                                 "--mca", "btl", "self,vader", BIN, *bench_args(cfg, a.steps), "--dist"]))
+            res[("tandem", "local", cfg)] = r["ms_step"]
+            rows.append(dict(impl="tandem", phase="local", **r))
+    rate = None
+    if "netns" in phases:
+        run([KIT, "up", *SHAPE])
+        try:
+            rate = iperf_rate()
+            print(f"one TCP stream over the shaped link: {rate:.2f} MB/s", file=sys.stderr, flush=True)
+            for cfg in configs:
+                r = tandem_json(run([KIT, "mpirun", "-n", "2", "--map-by", "node", "-x", "OMP_NUM_THREADS", BIN,
+                                     *bench_args(cfg, a.steps), "--dist"]))
+                res[("tandem", "netns", cfg)] = r["ms_step"]
+                rows.append(dict(impl="tandem", phase="netns", link_MBps=rate, **r))
+        finally:
+            run([KIT, "down"])
+    grad_mb = {r["config"]: r["grad_mb"] * 1.048576 for r in rows if r["impl"] == "tandem"}
+    if not a.no_torch:
+        tphases = ["base"] + [{"local": "loopback", "netns": "netns"}[p] for p in phases]
+        jf = "/tmp/bench_dp_torch.jsonl"
+        if os.path.exists(jf):
+            os.remove(jf)
+        run([os.path.join(REF, "run.sh"), "ddp_ref.py", "--phases", ",".join(tphases), "--configs", a.configs,
+             "--json", jf] + (["--steps", str(a.steps)] if a.steps else []))
+        for line in open(jf):
+            r = json.loads(line)
+            if r.get("kind") == "train" and r["rank"] == 0:
+                ph = {"loopback": "local"}.get(r["phase"], r["phase"])
+                res[("torch", ph, r["config"])] = r["ms_step"]
+                rows.append(dict(impl="torch", **r))
+    print("\nCommand: `bench/bench_dp.sh " + " ".join(sys.argv[1:]) + "`")
+    if rate:
+        print(f"One TCP stream over the 100 Mbit/s link (iperf3, 10 s): {rate:.2f} MB/s")
+    print("\n| config | grad MB/step | phase | tandem T1 ms | tandem T2 ms | tandem eff | PyTorch T1 ms | PyTorch T2 ms "
+          "| PyTorch eff | limit of plain DP |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for ph in phases:
+        for cfg in configs:
+            t1, t2 = res.get(("tandem", "base", cfg)), res.get(("tandem", ph, cfg))
+            p1, p2 = res.get(("torch", "base", cfg)), res.get(("torch", ph, cfg))
+            lim = "1.000"
+            if ph == "netns" and rate:
+                lim = f"{min(1.0, t1 / (1e3 * grad_mb[cfg] / rate)):.3f} (G/rate {1e3 * grad_mb[cfg] / rate:.0f} ms)"
+            f = lambda x: f"{x:.1f}" if x else "-"
+            e = lambda x, y: f"{x / y:.3f}" if x and y else "-"
+            print(f"| {cfg} | {grad_mb[cfg]:.1f} | {ph} | {f(t1)} | {f(t2)} | {e(t1, t2)} | {f(p1)} | {f(p2)} | "
+                  f"{e(p1, p2)} | {lim} |")
+    if a.json:
+        with open(a.json, "a") as fh:
+            for r in rows:
+                fh.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+/* comm -- tandem's communication layer: process group, topology (which ranks share a machine) and the
+ * collectives data parallelism needs. All data moves through MPI (or NCCL for device buffers); tandem adds
+ * the hierarchy, chunking/pipelining and a background progress thread on top of MPI point-to-point.
+ *
+ * Machine ("node") rule: two ranks are on the same machine when they share an MPI shared-memory domain
+ * (MPI_COMM_TYPE_SHARED) AND have the same node name. The node name is $TANDEM_NODE_NAME when set,
+ * else the hostname. A launcher sets TANDEM_NODE_NAME per host (scripts/netns/ does, as namespaces share
+ * one kernel and may share a hostname); setting it differently per rank fakes several machines on one
+ * host (tests do). Node indices follow the lowest world rank on each machine (node of rank 0 is 0).
+ *
+ * Backends: "mpi" (default; host buffers) or "nccl" (device buffers for the float collectives; host
+ * buffers fall back to MPI), chosen by $TANDEM_COMM_BACKEND at tn_comm_init.
+ *
+ * Float collectives (mpi backend), all run by the progress thread, in submission order:
+ *  - allreduce: reduce inside each machine through a shared-memory window (every local rank sums its
+ *    sub-slice), a pipelined ring reduce-scatter + all-gather between one leader per machine over MPI
+ *    Isend/Irecv (both link directions busy at once), then shared memory again to hand the result out.
+ *    Chunks flow through the three stages concurrently, so the network never waits on the copies.
+ *  - reduce-scatter / all-gather: pipelined ring over all ranks, ordered machine by machine.
+ * The progress thread polls with MPI_Test and short sleeps (never a spinning blocking call), and waiting
+ * callers sleep on a condition variable; the small blocking collectives (barrier, bcast, scalars) also
+ * poll with sleeps, so a waiting rank leaves its core to the ranks that compute.
+ *
+ * Settings (environment; rank 0's values apply to all ranks): TANDEM_COMM_BACKEND, TANDEM_COMM_PIECE_KB (ring message size, 32; keep
+ * it under Open MPI's TCP eager limit of 64 KB: larger messages need a rendezvous reply that queues behind
+ * the peer's own bulk data on the shared TCP connection, which halves a bidirectional exchange),
+ * TANDEM_COMM_WINDOW (ring segments in flight, 32), TANDEM_COMM_CHUNK_MB (shared-memory slot, 4),
+ * TANDEM_COMM_POLL_US (longest poll sleep, 1000).
+ *
+ * Thread use: one application thread calls tn_comm_* at a time; MPI runs with MPI_THREAD_MULTIPLE. */
+#ifndef TN_COMM_H
+#define TN_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tn_comm tn_comm;
+typedef struct tn_comm_op tn_comm_op; /* one in-flight non-blocking operation */
+typedef struct {
+    int rank, size;             /* world */
+    int local_rank, local_size; /* ranks on this machine (see the machine rule above) */
+    int node, n_nodes;          /* machine index (node of rank 0 is 0), number of machines */
+    char host[64];              /* this machine's hostname */
+} tn_comm_info;
+
+/* MPI_Init_thread (works as a singleton without mpirun: size 1); argc/argv may be NULL. Collective.
+ * NULL + tn_err on failure. */
+tn_comm *tn_comm_init(int *argc, char ***argv);
+void tn_comm_finalize(tn_comm *c); /* waits for pending ops, then MPI_Finalize; collective */
+const tn_comm_info *tn_comm_get_info(const tn_comm *c);
+const char *tn_comm_host_of(const tn_comm *c, int rank); /* hostname of any rank (gathered at init) */
+const char *tn_comm_backend_name(const tn_comm *c);     /* "mpi" or "nccl" */
+void tn_comm_abort(tn_comm *c, int code);                /* MPI_Abort: kills every rank */
+
+/* Blocking collectives on host memory; they do not wait for pending non-blocking ops. 0 or -1 + tn_err. */
+int tn_comm_barrier(tn_comm *c);
+int tn_comm_bcast(tn_comm *c, void *buf, size_t bytes, int root);
+int tn_comm_allgather(tn_comm *c, const void *mine, size_t bytes, void *all /* size*bytes */);
+int tn_comm_allreduce_f64(tn_comm *c, double *buf, size_t n); /* sum; small scalars (token counts, losses) */
+int tn_comm_allreduce_max_i64(tn_comm *c, int64_t *buf, size_t n);
+
+/* Slice rule of reduce-scatter / all-gather: rank r owns [off, off+len) with len = n/size, plus one for
+ * the first n%size ranks; slices are contiguous and in rank order. */
+void tn_comm_slice(size_t n, int size, int r, size_t *off, size_t *len);
+
+/* Sum-all-reduce of float buffers on tandem's path (see above). In place. Blocking: */
+int tn_comm_allreduce_f32(tn_comm *c, float *buf, size_t n);
+/* Afterwards rank r's slice (tn_comm_slice) holds the sum of every rank's slice; the rest of buf is
+ * scratch (partial sums). */
+int tn_comm_reduce_scatter_f32(tn_comm *c, float *buf, size_t n);
+/* Inverse: on entry each rank's own slice is valid; afterwards every rank holds all slices. */
+int tn_comm_allgather_f32(tn_comm *c, float *buf, size_t n);
+
+/* Non-blocking allreduce: returns at once; the progress thread moves it while the caller computes; ops
+ * complete in submission order. buf must stay untouched until the op is waited. NULL + tn_err on error. */
+tn_comm_op *tn_comm_iallreduce_f32(tn_comm *c, float *buf, size_t n);
+int tn_comm_wait(tn_comm_op *op); /* frees op; 0 or -1 + tn_err */
+/* Waits for every op submitted so far and frees them all (their handles become invalid: do not
+ * tn_comm_wait them afterwards). 0, or -1 + tn_err when any of them failed. */
+int tn_comm_wait_all(tn_comm *c);
+
+/* Reference path for benchmarks: plain in-place MPI_Allreduce (sum) on host memory, Open MPI's own
+ * algorithm choice and its spinning wait. */
+int tn_comm_allreduce_f32_mpi(tn_comm *c, float *buf, size_t n);
+
+/* Cost of the progress thread so far: CPU seconds it used, and seconds it had an op in flight. */
+typedef struct {
+    double progress_cpu_s, progress_busy_s;
+    uint64_t ops;
+} tn_comm_stats;
+void tn_comm_get_stats(const tn_comm *c, tn_comm_stats *s);
+
+#endif

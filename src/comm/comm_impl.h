@@ -1,0 +1,116 @@
+/* comm_impl -- internals shared by the comm layer's files: the tn_comm object, the backend vtable, the op
+ * queue run by the progress thread, the pipelined ring engine and the shared-memory stage. Not for use
+ * outside src/comm and src/cli/cmd_bench_allreduce.c. */
+#ifndef TN_COMM_IMPL_H
+#define TN_COMM_IMPL_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+
+/* A backend provides the float collectives; the small host-memory collectives always use MPI. */
+typedef struct {
+    const char *name;
+    int (*allreduce_f32)(tn_comm *c, float *buf, size_t n);
+    int (*reduce_scatter_f32)(tn_comm *c, float *buf, size_t n);
+    int (*allgather_f32)(tn_comm *c, float *buf, size_t n);
+    int (*bcast)(tn_comm *c, void *buf, size_t bytes, int root);
+    tn_comm_op *(*iallreduce_f32)(tn_comm *c, float *buf, size_t n);
+    int (*wait)(tn_comm_op *op);
+    int (*wait_all)(tn_comm *c);
+    void (*finalize)(tn_comm *c); /* releases the backend's state (before MPI_Finalize) */
+} tn_comm_backend;
+
+extern const tn_comm_backend tn_comm_backend_mpi;
+/* NULL + tn_err when tandem was built without NCCL or no GPU/NCCL can be set up. */
+const tn_comm_backend *tn_comm_nccl_open(tn_comm *c);
+
+/* Tuning shared by every rank (rank 0's values are broadcast at init). */
+typedef struct {
+    size_t piece;        /* floats per ring message (pipelining grain) */
+    int window;          /* ring segments in flight at once */
+    size_t chunk;        /* floats per shared-memory slot (multiple of piece * n_nodes) */
+    int poll_max_us;     /* longest sleep between polls */
+} tn_comm_tuning;
+
+typedef struct tn_shm tn_shm;   /* comm_shm.c */
+
+struct tn_comm {
+    tn_comm_info info;
+    char (*hosts)[64];           /* hostname of every rank */
+    MPI_Comm world;              /* dup of MPI_COMM_WORLD: small collectives from the caller's thread */
+    MPI_Comm local;              /* ranks of this machine, by world rank */
+    MPI_Comm leaders;            /* local rank 0 of every machine, by node index; MPI_COMM_NULL elsewhere */
+    MPI_Comm ring;               /* all ranks, machine by machine (reduce-scatter / all-gather) */
+    int *ring_world;             /* world rank at each position of `ring` */
+    tn_comm_tuning tune;
+    tn_shm *shm;                 /* NULL when alone on the machine */
+    const tn_comm_backend *be;
+    void *be_state;              /* backend-private (NCCL) */
+    int mpi_owned;               /* we called MPI_Init */
+
+    /* op queue, run in order by the progress thread */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;           /* op finished / op queued / stop */
+    tn_comm_op *head, *tail;     /* every op not yet freed, in submission order */
+    tn_comm_op *cur;             /* first op not finished (NULL: idle) */
+    int stop, thread_started;
+    pthread_t thread;
+    uint64_t n_ops;
+    double busy_s, busy_since;
+};
+
+/* An op: the progress thread calls step() until it returns 1 (done) or -1 (failed, err filled). */
+struct tn_comm_op {
+    tn_comm *c;
+    tn_comm_op *next;
+    int (*step)(tn_comm_op *op, int *progressed);
+    void (*release)(tn_comm_op *op);   /* frees the op-specific state */
+    void *state;
+    int done, failed;                   /* under c->mu */
+    char err[256];
+};
+
+/* comm_progress.c */
+int tn_comm_progress_start(tn_comm *c);
+void tn_comm_progress_stop(tn_comm *c);
+tn_comm_op *tn_comm_submit(tn_comm *c, tn_comm_op *op); /* queues op (allocated by the caller) */
+int tn_comm_op_wait(tn_comm_op *op);
+int tn_comm_op_wait_all(tn_comm *c);
+/* Wait for an MPI request from the caller's thread without spinning (MPI_Test + backoff sleeps). */
+int tn_comm_mpi_wait(tn_comm *c, MPI_Request *rq, const char *what);
+/* One idle poll: re-poll at once for the first few, then sleep *us microseconds, doubling up to max_us.
+ * Start (and restart after progress) from TN_BACKOFF_START. */
+#define TN_BACKOFF_START (-8)
+void tn_comm_backoff(int *us, int max_us);
+int tn_comm_mpi_err(int rc, const char *what); /* tn_err with MPI's error string; returns -1 */
+
+/* comm_ring.c -- pipelined ring on `comm` (position = rank in comm). Segments move through the ring
+ * independently, `window` of them at a time, each as p-1 reduce-scatter and/or p-1 all-gather steps
+ * with one Isend + one Irecv per step. */
+enum { TN_RING_RS = 1, TN_RING_AG = 2, TN_RING_AR = 3 };
+typedef struct tn_ring tn_ring;
+/* AR: contiguous segments of piece*p floats, each cut into p blocks by tn_comm_slice.
+ * RS/AG: block j is the span [boff[j], boff[j]+blen[j]) of position j; segment s is piece s of every
+ * block. buf is worked on in place. */
+tn_ring *tn_ring_create(MPI_Comm comm, int kind, float *buf, size_t n, const size_t *boff, const size_t *blen,
+                        size_t piece, int window);
+void tn_ring_free(tn_ring *r);
+size_t tn_ring_segments(const tn_ring *r);
+size_t tn_ring_segment_floats(const tn_ring *r); /* AR: floats per segment */
+void tn_ring_set_ready(tn_ring *r, size_t segs);  /* segments [0, segs) may start (default: all) */
+size_t tn_ring_done(const tn_ring *r);            /* segments [0, done) are finished */
+/* Advance without blocking: 1 finished, 0 not yet, -1 failed (tn_err set). *progressed |= 1 on change. */
+int tn_ring_step(tn_ring *r, int *progressed);
+
+/* comm_shm.c -- the machine-local shared window and the hierarchical allreduce op. */
+int tn_shm_create(tn_comm *c);
+void tn_shm_free(tn_comm *c);
+tn_comm_op *tn_shm_allreduce_op(tn_comm *c, float *buf, size_t n);
+
+/* comm_mpi.c */
+tn_comm_op *tn_comm_op_new(tn_comm *c);
+
+#endif

@@ -1,0 +1,168 @@
+/* comm_progress.c -- the progress thread and the op queue.
+ *
+ * MPI moves a non-blocking transfer only while some thread calls into it, and the compute threads sit in
+ * BLAS, so one background thread per rank steps the queued ops in submission order. It must not burn a
+ * core (two ranks share a 2-core machine): it calls MPI_Testsome and, when nothing moved, sleeps with
+ * exponential backoff (up to tune.poll_max_us; a TCP socket buffer drains slowly at 100 Mbit/s, so a
+ * millisecond of sleep costs no bandwidth). With no op queued it sleeps on a condition variable. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm_impl.h"
+#include "core/core.h"
+
+int tn_comm_mpi_err(int rc, const char *what) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error %d", rc);
+    return tn_err("comm: %s failed: %s", what, msg);
+}
+
+void tn_comm_backoff(int *us, int max_us) {
+    if (*us < 0) { /* a few immediate re-polls first: a reply is often microseconds away */
+        (*us)++;
+        return;
+    }
+    if (*us > 0) {
+        struct timespec ts = {0, (long)*us * 1000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
+    *us = *us == 0 ? 2 : (*us * 2 < max_us ? *us * 2 : max_us);
+}
+
+int tn_comm_mpi_wait(tn_comm *c, MPI_Request *rq, const char *what) {
+    int us = TN_BACKOFF_START, flag = 0;
+    for (;;) {
+        int rc = MPI_Test(rq, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return tn_comm_mpi_err(rc, what);
+        if (flag) return 0;
+        tn_comm_backoff(&us, c->tune.poll_max_us);
+    }
+}
+
+static void finish_locked(tn_comm *c, tn_comm_op *op, int failed) {
+    op->done = 1, op->failed = failed;
+    c->cur = op->next;
+    if (!c->cur) c->busy_s += tn_now() - c->busy_since;
+    pthread_cond_broadcast(&c->cv);
+}
+
+static void *progress_main(void *arg) {
+    tn_comm *c = arg;
+    int us = TN_BACKOFF_START, broken = 0;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->cur && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
+        if (!c->cur) break;
+        tn_comm_op *op = c->cur;
+        if (broken) { /* ranks are out of step after a failure: fail the rest rather than hang */
+            snprintf(op->err, sizeof op->err, "comm: an earlier operation failed");
+            finish_locked(c, op, 1);
+            continue;
+        }
+        pthread_mutex_unlock(&c->mu);
+        int progressed = 0, rc = op->step(op, &progressed);
+        if (rc < 0) snprintf(op->err, sizeof op->err, "%s", tn_errmsg());
+        pthread_mutex_lock(&c->mu);
+        if (rc != 0) {
+            broken |= rc < 0;
+            finish_locked(c, op, rc < 0);
+            us = TN_BACKOFF_START;
+            continue;
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (progressed) us = TN_BACKOFF_START;
+        else tn_comm_backoff(&us, c->tune.poll_max_us);
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+int tn_comm_progress_start(tn_comm *c) {
+    if (pthread_mutex_init(&c->mu, NULL) != 0 || pthread_cond_init(&c->cv, NULL) != 0)
+        return tn_err("comm: cannot create the progress thread's lock");
+    int rc = pthread_create(&c->thread, NULL, progress_main, c);
+    if (rc != 0) return tn_err("comm: cannot start the progress thread: %s", strerror(rc));
+    c->thread_started = 1;
+    return 0;
+}
+
+void tn_comm_progress_stop(tn_comm *c) {
+    if (!c->thread_started) return;
+    tn_comm_op_wait_all(c);
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->thread, NULL);
+    c->thread_started = 0;
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+}
+
+tn_comm_op *tn_comm_submit(tn_comm *c, tn_comm_op *op) {
+    pthread_mutex_lock(&c->mu);
+    op->next = NULL;
+    if (c->tail) c->tail->next = op;
+    else c->head = op;
+    c->tail = op;
+    if (!c->cur) c->cur = op, c->busy_since = tn_now();
+    c->n_ops++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+/* Under c->mu: remove a finished op from the list and free it; returns whether it had failed. */
+static int unlink_free_locked(tn_comm *c, tn_comm_op *op, char *err, size_t errsz) {
+    tn_comm_op **pp = &c->head, *prev = NULL;
+    while (*pp && *pp != op) prev = *pp, pp = &(*pp)->next;
+    if (*pp) {
+        *pp = op->next;
+        if (c->tail == op) c->tail = prev;
+    }
+    int failed = op->failed;
+    if (failed && err[0] == 0) snprintf(err, errsz, "%s", op->err);
+    if (op->release) op->release(op);
+    free(op);
+    return failed;
+}
+
+int tn_comm_op_wait(tn_comm_op *op) {
+    tn_comm *c = op->c;
+    char err[256] = "";
+    pthread_mutex_lock(&c->mu);
+    while (!op->done) pthread_cond_wait(&c->cv, &c->mu);
+    int failed = unlink_free_locked(c, op, err, sizeof err);
+    pthread_mutex_unlock(&c->mu);
+    return failed ? tn_err("%s", err) : 0;
+}
+
+int tn_comm_op_wait_all(tn_comm *c) {
+    char err[256] = "";
+    int failed = 0;
+    pthread_mutex_lock(&c->mu);
+    while (c->cur) pthread_cond_wait(&c->cv, &c->mu);
+    while (c->head) failed |= unlink_free_locked(c, c->head, err, sizeof err);
+    pthread_mutex_unlock(&c->mu);
+    return failed ? tn_err("%s", err) : 0;
+}
+
+void tn_comm_get_stats(const tn_comm *c, tn_comm_stats *s) {
+    memset(s, 0, sizeof *s);
+    tn_comm *m = (tn_comm *)c; /* the lock is not part of the observable state */
+    if (!c->thread_started) return;
+    clockid_t cid;
+    struct timespec ts;
+    if (pthread_getcpuclockid(c->thread, &cid) == 0 && clock_gettime(cid, &ts) == 0)
+        s->progress_cpu_s = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    pthread_mutex_lock(&m->mu);
+    s->progress_busy_s = c->busy_s + (c->cur ? tn_now() - c->busy_since : 0);
+    s->ops = c->n_ops;
+    pthread_mutex_unlock(&m->mu);
+}

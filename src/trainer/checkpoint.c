@@ -1,0 +1,287 @@
+/* checkpoint.c -- see checkpoint.h. */
+#define _XOPEN_SOURCE 700
+#include "trainer/checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "model/safetensors.h"
+
+#define MANIFEST "tandem_manifest.json"
+#define OPTIMIZER "optimizer.safetensors"
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int rm_tree(const char *path) {
+    if (!tn_file_exists(path)) return 0;
+    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : tn_err("%s: cannot remove: %s", path, strerror(errno));
+}
+
+static int fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return tn_err("%s: cannot open folder: %s", dir, strerror(errno));
+    int rc = fsync(fd);
+    close(fd);
+    return rc == 0 ? 0 : tn_err("%s: fsync: %s", dir, strerror(errno));
+}
+
+static int hash_file(const char *path, uint64_t *hash, uint64_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return tn_err("%s: cannot open: %s", path, strerror(errno));
+    static unsigned char buf[1 << 20];
+    uint64_t h = 0x63686B70, n = 0;
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) h = tn_hash64(buf, got, h), n += got;
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) return tn_err("%s: read error", path);
+    *hash = h, *size = n;
+    return 0;
+}
+
+static int write_optimizer(const char *dir, const tn_adamw *opt, const tn_ckpt_state *st) {
+    float *m = tn_xalloc_floats(opt->n ? opt->n : 1), *v = tn_xalloc_floats(opt->n ? opt->n : 1);
+    opt->be->download(m, opt->m, opt->n);
+    opt->be->download(v, opt->v, opt->n);
+    char step[32], seen[32], adam_step[32];
+    snprintf(step, sizeof step, "%d", st->step);
+    snprintf(seen, sizeof seen, "%" PRId64, st->samples_seen);
+    snprintf(adam_step, sizeof adam_step, "%d", st->adam_step);
+    const char *meta[] = {"format", "tandem-optimizer-1", "step", step, "samples_seen", seen, "adam_step", adam_step, NULL};
+    st_entry e[2] = {{.name = "exp_avg", .dtype = ST_F32, .src_dtype = ST_F32, .ndim = 1, .shape = {(int64_t)opt->n}, .data = m},
+                     {.name = "exp_avg_sq", .dtype = ST_F32, .src_dtype = ST_F32, .ndim = 1, .shape = {(int64_t)opt->n}, .data = v}};
+    char *path = tn_path_join(dir, OPTIMIZER);
+    int rc = st_write(path, e, 2, meta);
+    free(path), free(m), free(v);
+    return rc;
+}
+
+static int write_manifest(const char *dir, const tn_ckpt_state *st) {
+    cJSON *root = cJSON_CreateObject(), *files = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "format", 1);
+    cJSON_AddNumberToObject(root, "step", st->step);
+    cJSON_AddNumberToObject(root, "samples_seen", (double)st->samples_seen);
+    cJSON_AddNumberToObject(root, "adam_step", st->adam_step);
+    char fp[32];
+    snprintf(fp, sizeof fp, "%016" PRIx64, st->config_fingerprint);
+    cJSON_AddStringToObject(root, "config_fingerprint", fp);
+    cJSON_AddItemToObject(root, "files", files);
+    DIR *d = opendir(dir);
+    if (!d) {
+        cJSON_Delete(root);
+        return tn_err("%s: cannot list: %s", dir, strerror(errno));
+    }
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d))) {
+        if (de->d_name[0] == '.' || strcmp(de->d_name, MANIFEST) == 0) continue;
+        char *p = tn_path_join(dir, de->d_name);
+        uint64_t h = 0, size = 0;
+        rc = hash_file(p, &h, &size);
+        free(p);
+        if (rc) break;
+        char hs[32];
+        snprintf(hs, sizeof hs, "%016" PRIx64, h);
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddNumberToObject(f, "size", (double)size);
+        cJSON_AddStringToObject(f, "hash", hs);
+        cJSON_AddItemToObject(files, de->d_name, f);
+    }
+    closedir(d);
+    if (rc == 0) {
+        char *text = cJSON_Print(root);
+        char *p = tn_path_join(dir, MANIFEST);
+        rc = tn_write_file_atomic(p, text, strlen(text));
+        free(p), free(text);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+int tn_checkpoint_save(const char *output_dir, const tn_model *m, const tn_adamw *opt, const tn_ckpt_state *st,
+                       int with_optimizer, tn_ckpt_extra_fn extra, void *ctx) {
+    char name[64], partial[80];
+    snprintf(name, sizeof name, "checkpoint-%d", st->step);
+    snprintf(partial, sizeof partial, "checkpoint-%d.partial", st->step);
+    char *final = tn_path_join(output_dir, name), *tmp = tn_path_join(output_dir, partial);
+    int rc = rm_tree(tmp);
+    if (rc == 0 && tn_mkdirs(tmp) != 0) rc = -1;
+    if (rc == 0) rc = m->lora.r ? tn_model_save_adapter(m, tmp) : tn_model_save_hf(m, tmp, 0);
+    if (rc == 0 && with_optimizer) rc = write_optimizer(tmp, opt, st);
+    if (rc == 0 && extra) rc = extra(ctx, tmp);
+    if (rc == 0) rc = write_manifest(tmp, st);
+    if (rc == 0) rc = fsync_dir(tmp);
+    /* an older checkpoint of the same step (a resumed run saving again) makes way only now */
+    if (rc == 0) rc = rm_tree(final);
+    if (rc == 0 && rename(tmp, final) != 0) rc = tn_err("%s: cannot rename to %s: %s", tmp, final, strerror(errno));
+    if (rc == 0) rc = fsync_dir(output_dir);
+    if (rc != 0) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", tn_errmsg());
+        rm_tree(tmp); /* best effort: never leave a half checkpoint */
+        tn_err("saving %s failed: %s", name, msg);
+    }
+    free(final), free(tmp);
+    return rc;
+}
+
+int tn_checkpoint_verify(const char *dir) {
+    char *p = tn_path_join(dir, MANIFEST);
+    size_t n = 0;
+    char *text = tn_file_exists(p) ? tn_read_file(p, &n, 1 << 20) : NULL;
+    free(p);
+    if (!text) return tn_err("%s: no %s (the checkpoint was not completed)", dir, MANIFEST);
+    cJSON *root = cJSON_ParseWithLength(text, n);
+    free(text);
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
+    if (!root || !cJSON_IsObject(files)) {
+        cJSON_Delete(root);
+        return tn_err("%s/%s: not a tandem manifest (expected an object with 'files')", dir, MANIFEST);
+    }
+    int rc = 0;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, files) {
+        const cJSON *size = cJSON_GetObjectItemCaseSensitive(f, "size"), *hash = cJSON_GetObjectItemCaseSensitive(f, "hash");
+        if (!cJSON_IsNumber(size) || !cJSON_IsString(hash)) {
+            rc = tn_err("%s/%s: entry '%s' lacks size/hash", dir, MANIFEST, f->string);
+            break;
+        }
+        char *fp = tn_path_join(dir, f->string);
+        uint64_t h = 0, sz = 0;
+        if (hash_file(fp, &h, &sz) != 0) rc = tn_err("%s: listed in the manifest but unreadable", fp);
+        else if (sz != (uint64_t)size->valuedouble)
+            rc = tn_err("%s: %" PRIu64 " bytes, the manifest says %.0f (truncated or overwritten)", fp, sz, size->valuedouble);
+        else {
+            char hs[32];
+            snprintf(hs, sizeof hs, "%016" PRIx64, h);
+            if (strcmp(hs, hash->valuestring) != 0) rc = tn_err("%s: contents differ from the manifest's hash (corrupted)", fp);
+        }
+        free(fp);
+        if (rc) break;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* Steps of the checkpoint-N folders in output_dir, newest first. */
+static int list_steps(const char *output_dir, int **steps) {
+    *steps = NULL;
+    DIR *d = opendir(output_dir);
+    if (!d) return 0;
+    int n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int step;
+        char tail;
+        if (sscanf(de->d_name, "checkpoint-%d%c", &step, &tail) != 1 || step < 0) continue;
+        if (n == cap) *steps = tn_xrealloc(*steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof **steps);
+        (*steps)[n++] = step;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) /* insertion sort, descending */
+        for (int j = i; j > 0 && (*steps)[j] > (*steps)[j - 1]; j--) {
+            int t = (*steps)[j];
+            (*steps)[j] = (*steps)[j - 1], (*steps)[j - 1] = t;
+        }
+    return n;
+}
+
+int tn_checkpoint_any(const char *output_dir) {
+    int *steps, n = list_steps(output_dir, &steps);
+    free(steps);
+    return n > 0;
+}
+
+int tn_checkpoint_latest(const char *output_dir, char *out, size_t size) {
+    int *steps, n = list_steps(output_dir, &steps), found = 0;
+    for (int i = 0; i < n && !found; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "checkpoint-%d", steps[i]);
+        char *dir = tn_path_join(output_dir, name);
+        if (tn_checkpoint_verify(dir) == 0) {
+            snprintf(out, size, "%s", dir);
+            found = 1;
+        } else {
+            fprintf(stderr, "tandem: warning: skipping %s: %s\n", dir, tn_errmsg());
+        }
+        free(dir);
+    }
+    free(steps);
+    return found;
+}
+
+int tn_checkpoint_load(const char *dir, tn_model *m, tn_adamw *opt, tn_ckpt_state *st) {
+    if (tn_checkpoint_verify(dir) != 0) return -1;
+    if ((m->lora.r ? tn_model_load_adapter(m, dir) : tn_model_load_hf(m, dir)) != 0) return -1;
+    char *p = tn_path_join(dir, OPTIMIZER);
+    st_file f;
+    if (st_open(&f, p) != 0) {
+        free(p);
+        return tn_err("%s: no optimizer state (saved with save_only_model: true?): %s", dir, tn_errmsg());
+    }
+    free(p);
+    const st_tensor *tm = st_find(&f, "exp_avg"), *tv = st_find(&f, "exp_avg_sq");
+    int rc = 0;
+    if (!tm || !tv || tm->numel != (int64_t)opt->n || tv->numel != (int64_t)opt->n) {
+        rc = tn_err("%s/%s: moments do not match this model's %zu trainable values (another model or LoRA config?)",
+                    dir, OPTIMIZER, opt->n);
+    } else {
+        float *buf = tn_xalloc_floats(opt->n ? opt->n : 1);
+        if (st_read_f32(&f, tm, buf, tm->numel) == 0) opt->be->upload(opt->m, buf, opt->n);
+        else rc = -1;
+        if (rc == 0 && st_read_f32(&f, tv, buf, tv->numel) == 0) opt->be->upload(opt->v, buf, opt->n);
+        else rc = -1;
+        free(buf);
+    }
+    st_close(&f);
+    if (rc) return rc;
+    /* the position comes from the manifest (verified above) */
+    char *mp = tn_path_join(dir, MANIFEST);
+    size_t n = 0;
+    char *text = tn_read_file(mp, &n, 1 << 20);
+    free(mp);
+    cJSON *root = text ? cJSON_ParseWithLength(text, n) : NULL;
+    free(text);
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(root, "step"),
+                *seen = cJSON_GetObjectItemCaseSensitive(root, "samples_seen"),
+                *adam = cJSON_GetObjectItemCaseSensitive(root, "adam_step");
+    if (!cJSON_IsNumber(step) || !cJSON_IsNumber(seen) || !cJSON_IsNumber(adam) || step->valuedouble < 0) {
+        cJSON_Delete(root);
+        return tn_err("%s/%s: missing step or samples_seen", dir, MANIFEST);
+    }
+    st->step = (int)step->valuedouble;
+    st->samples_seen = (int64_t)seen->valuedouble;
+    st->adam_step = (int)adam->valuedouble;
+    opt->step = st->adam_step;
+    cJSON_Delete(root);
+    return 0;
+}
+
+int tn_checkpoint_prune(const char *output_dir, int limit) {
+    if (limit <= 0) return 0;
+    int *steps, n = list_steps(output_dir, &steps), kept = 0, rc = 0;
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "checkpoint-%d", steps[i]);
+        char *dir = tn_path_join(output_dir, name);
+        int good = tn_checkpoint_verify(dir) == 0;
+        if (good && kept < limit) kept++;
+        else if (kept >= 1 && rm_tree(dir) != 0) rc = -1; /* never before a verified one is kept */
+        free(dir);
+    }
+    free(steps);
+    return rc;
+}

@@ -1,0 +1,93 @@
+/* grad_sync.c -- see grad_sync.h. */
+#include "trainer/grad_sync.h"
+
+#include <stdlib.h>
+
+#include "core/core.h"
+
+struct tn_grad_sync {
+    tn_comm *comm;
+    tn_model *model;
+    int active;              /* more than one rank */
+    int n_buckets;
+    size_t *lo;              /* [n_buckets] bucket k = [lo[k], k ? lo[k-1] : n_trainable) */
+    int next;                /* first bucket not yet launched */
+    int armed;
+    tn_comm_op **ops;        /* [n_buckets] */
+    int first_error;
+    tn_grad_sync_stats stats;
+};
+
+static size_t bucket_hi(const tn_grad_sync *s, int k) { return k ? s->lo[k - 1] : s->model->n_trainable; }
+
+static void launch_ready(tn_grad_sync *s, size_t ready_from) {
+    while (s->next < s->n_buckets && s->lo[s->next] >= ready_from) {
+        int k = s->next++;
+        size_t lo = s->lo[k];
+        s->ops[k] = tn_comm_iallreduce_f32(s->comm, s->model->grad + lo, bucket_hi(s, k) - lo);
+        if (!s->ops[k] && !s->first_error) s->first_error = 1;
+    }
+}
+
+static void on_grad_ready(void *ctx, size_t from) {
+    tn_grad_sync *s = ctx;
+    if (s->armed) launch_ready(s, from);
+}
+
+tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes) {
+    size_t per = bucket_bytes / sizeof(float);
+    if (per < 1024) {
+        tn_err("gradient bucket size %zu bytes is too small (expected at least 4 KB)", bucket_bytes);
+        return NULL;
+    }
+    tn_grad_sync *s = tn_xcalloc(1, sizeof *s);
+    s->comm = c;
+    s->model = m;
+    s->active = c && tn_comm_get_info(c)->size > 1 && m->n_trainable > 0;
+    size_t n = m->n_trainable;
+    s->n_buckets = n ? (int)((n + per - 1) / per) : 0;
+    s->lo = tn_xcalloc((size_t)s->n_buckets + 1, sizeof *s->lo);
+    s->ops = tn_xcalloc((size_t)s->n_buckets + 1, sizeof *s->ops);
+    for (int k = 0; k < s->n_buckets; k++) s->lo[k] = n > (size_t)(k + 1) * per ? n - (size_t)(k + 1) * per : 0;
+    s->stats.n_buckets = s->active ? s->n_buckets : 0;
+    s->stats.bytes = s->active ? n * sizeof(float) : 0;
+    if (s->active) {
+        m->grad_ready = on_grad_ready;
+        m->grad_ready_ctx = s;
+    }
+    return s;
+}
+
+void tn_grad_sync_free(tn_grad_sync *s) {
+    if (!s) return;
+    if (s->model->grad_ready_ctx == s) {
+        s->model->grad_ready = NULL;
+        s->model->grad_ready_ctx = NULL;
+    }
+    free(s->lo);
+    free(s->ops);
+    free(s);
+}
+
+void tn_grad_sync_arm(tn_grad_sync *s) {
+    if (!s->active) return;
+    s->armed = 1;
+    s->next = 0;
+    s->first_error = 0;
+}
+
+int tn_grad_sync_finish(tn_grad_sync *s) {
+    if (!s->active) return 0;
+    double t0 = tn_now();
+    launch_ready(s, 0);
+    s->armed = 0;
+    int rc = s->first_error ? -1 : 0;
+    for (int k = 0; k < s->n_buckets; k++) {
+        if (s->ops[k] && tn_comm_wait(s->ops[k]) != 0) rc = -1;
+        s->ops[k] = NULL;
+    }
+    s->stats.wait_s = tn_now() - t0;
+    return rc ? tn_err("gradient all-reduce failed: %s", tn_errmsg()) : 0;
+}
+
+const tn_grad_sync_stats *tn_grad_sync_get_stats(const tn_grad_sync *s) { return &s->stats; }

@@ -1,0 +1,35 @@
+/* grad_sync -- data-parallel gradient exchange, once per optimizer step, overlapped with backward.
+ *
+ * Owns the bucket plan over the gradient slab. Buckets are contiguous ranges cut from the END of the slab
+ * (backward finishes the last layers' gradients first: lm_head/final norm, then layer L-1 ... 0, then the
+ * embedding), each at most bucket_bytes. During the step's last micro-batch the model's grad_ready hook
+ * reports how far backward has got; every bucket that is complete is all-reduced at once, non-blocking
+ * (the comm layer's progress thread moves it while backward goes on). The optimizer waits for all of them.
+ * Accumulation micro-batches before the last exchange nothing. Only trainable gradients are in the slab,
+ * so LoRA exchanges only the adapters. */
+#ifndef TN_GRAD_SYNC_H
+#define TN_GRAD_SYNC_H
+
+#include <stddef.h>
+
+#include "comm/comm.h"
+#include "model/model.h"
+
+typedef struct tn_grad_sync tn_grad_sync;
+
+typedef struct {
+    int n_buckets;
+    size_t bytes;        /* per step */
+    double wait_s;       /* time the last step waited for communication after backward */
+} tn_grad_sync_stats;
+
+/* NULL with tn_err on a bad size. With one rank it does nothing (and costs nothing). */
+tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes);
+void tn_grad_sync_free(tn_grad_sync *s);
+/* The next backward is the step's last micro-batch: launch buckets as they complete. */
+void tn_grad_sync_arm(tn_grad_sync *s);
+/* After that backward: launch what is left, wait for every bucket. 0, or -1 with tn_err. */
+int tn_grad_sync_finish(tn_grad_sync *s);
+const tn_grad_sync_stats *tn_grad_sync_get_stats(const tn_grad_sync *s);
+
+#endif

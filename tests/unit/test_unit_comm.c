@@ -1,0 +1,227 @@
+/* test_unit_comm -- the comm layer's collectives against closed-form results.
+ *
+ * Runs as a singleton under ctest (size 1) and under mpirun with 2..4 ranks from tests/cli/test_mpi_comm.sh
+ * and tests/cli/test_netns_comm.sh, which fake or simulate several machines (TANDEM_NODE_NAME per rank,
+ * network namespaces) to drive the hierarchical path. Every rank's data is a formula of (rank, index), so
+ * each expected value is a sum written down here, independent of the code under test:
+ *   x_r[i] = 4096 (r+1) + (i mod 4093)  ->  sum_r x_r[i] = 4096 size(size+1)/2 + size (i mod 4093)
+ * (integers below 2^24: exact in float whatever the summation order; the period 4093 is prime, so a block
+ * that lands at a wrong offset, a rank counted twice or missed all show up).
+ * TANDEM_TEST_EXPECT_SIZE / _NODES, when set, are checked against what the comm layer found. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "core/core.h"
+#include "testlib.h"
+
+static int R, P; /* rank, size */
+
+static float x_of(int r, size_t i) { return (float)(4096 * (r + 1) + (int)(i % 4093)); }
+static float sum_of(size_t i) { return (float)(4096 * P * (P + 1) / 2 + P * (int)(i % 4093)); }
+
+static void fill(float *b, size_t n) {
+    for (size_t i = 0; i < n; i++) b[i] = x_of(R, i);
+}
+
+/* First index in [lo, hi) where b differs from the full sum, or hi. */
+static size_t first_bad_sum(const float *b, size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; i++)
+        if (b[i] != sum_of(i)) return i;
+    return hi;
+}
+
+static void test_info(tn_comm *c) {
+    const tn_comm_info *in = tn_comm_get_info(c);
+    CHECK(in->size == P && in->rank == R);
+    const char *es = getenv("TANDEM_TEST_EXPECT_SIZE"), *en = getenv("TANDEM_TEST_EXPECT_NODES");
+    if (es) CHECKF(P == atoi(es), "size %d, expected %s", P, es);
+    if (en) CHECKF(in->n_nodes == atoi(en), "n_nodes %d, expected %s", in->n_nodes, en);
+    /* everyone's view, gathered: node numbering and local ranks must be consistent */
+    int mine[4] = {in->node, in->local_rank, in->local_size, in->n_nodes};
+    int *all = tn_xmalloc((size_t)P * sizeof mine);
+    CHECK(tn_comm_allgather(c, mine, sizeof mine, all) == 0);
+    CHECK(all[0] == 0); /* node of rank 0 */
+    for (int nd = 0; nd < in->n_nodes; nd++) {
+        int count = 0, seen = 0;
+        for (int r = 0; r < P; r++)
+            if (all[4 * r] == nd) {
+                CHECKF(all[4 * r + 1] >= 0 && all[4 * r + 1] < all[4 * r + 2], "rank %d local rank %d of %d", r,
+                       all[4 * r + 1], all[4 * r + 2]);
+                seen |= 1 << (all[4 * r + 1] & 15);
+                count++;
+            }
+        for (int r = 0; r < P; r++)
+            if (all[4 * r] == nd) CHECKF(all[4 * r + 2] == count, "node %d: local_size %d but %d ranks", nd, all[4 * r + 2], count);
+        CHECKF(count > 0 && (count > 15 || seen == (1 << count) - 1), "node %d: local ranks not 0..%d", nd, count - 1);
+    }
+    for (int r = 0; r < P; r++) CHECK(all[4 * r + 3] == in->n_nodes && all[4 * r] < in->n_nodes);
+    /* the same machine name implies the same node only within one shared-memory domain; with
+     * TANDEM_NODE_NAME set per rank, ranks with different names must be on different nodes */
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);
+    CHECK(strcmp(in->host, host) == 0);
+    char(*hosts)[64] = tn_xcalloc((size_t)P, 64);
+    CHECK(tn_comm_allgather(c, in->host, 64, hosts) == 0);
+    for (int r = 0; r < P; r++) CHECKF(strcmp(tn_comm_host_of(c, r), hosts[r]) == 0, "host_of(%d)", r);
+    CHECK(tn_comm_host_of(c, P) == NULL && tn_comm_host_of(c, -1) == NULL);
+    const char *nn = getenv("TANDEM_NODE_NAME");
+    char name[64] = "";
+    snprintf(name, sizeof name, "%s", nn ? nn : "");
+    char(*names)[64] = tn_xcalloc((size_t)P, 64);
+    CHECK(tn_comm_allgather(c, name, 64, names) == 0);
+    for (int r = 0; r < P; r++)
+        if (names[r][0] && name[0] && strcmp(names[r], name) != 0)
+            CHECKF(all[4 * r] != in->node, "rank %d (%s) and rank %d (%s) share node %d", r, names[r], R, name, in->node);
+    free(all), free(hosts), free(names);
+}
+
+static void test_slice(void) {
+    size_t off, len, want_off[3] = {0, 4, 7}, want_len[3] = {4, 3, 3};
+    for (int r = 0; r < 3; r++) {
+        tn_comm_slice(10, 3, r, &off, &len);
+        CHECKF(off == want_off[r] && len == want_len[r], "slice(10,3,%d) = [%zu,+%zu)", r, off, len);
+    }
+    tn_comm_slice(2, 4, 3, &off, &len);
+    CHECK(off == 2 && len == 0);
+}
+
+static void test_small(tn_comm *c) {
+    CHECK(tn_comm_barrier(c) == 0);
+    size_t sizes[] = {0, 1, 1000, (3u << 20) + 5};
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        size_t nb = sizes[si];
+        for (int root = 0; root < P; root++) {
+            unsigned char *b = tn_xmalloc(nb + 1);
+            for (size_t i = 0; i < nb; i++) b[i] = R == root ? (unsigned char)(i * 7 + root) : 0xEE;
+            CHECK(tn_comm_bcast(c, b, nb, root) == 0);
+            size_t bad = nb;
+            for (size_t i = 0; i < nb && bad == nb; i++)
+                if (b[i] != (unsigned char)(i * 7 + root)) bad = i;
+            CHECKF(bad == nb, "bcast %zu bytes from %d: byte %zu wrong", nb, root, bad);
+            free(b);
+        }
+    }
+    double d[5];
+    for (int i = 0; i < 5; i++) d[i] = R + 1 + 0.5 * i;
+    CHECK(tn_comm_allreduce_f64(c, d, 5) == 0);
+    for (int i = 0; i < 5; i++) CHECK_NEAR(d[i], P * (P + 1) / 2.0 + 0.5 * i * P, 0);
+    int64_t m[3] = {R * 1000, -R, (int64_t)R << 40};
+    CHECK(tn_comm_allreduce_max_i64(c, m, 3) == 0);
+    CHECK(m[0] == (P - 1) * 1000 && m[1] == 0 && m[2] == (int64_t)(P - 1) << 40);
+    CHECK(tn_comm_allreduce_f64(c, NULL, 0) == 0);
+}
+
+static const size_t SIZES[] = {0, 1, 2, 3, 5, 7, 1000, 32768, 65536 + 3, 300007, (1u << 20) + 3, 3 * (1u << 20) + 7};
+#define NSIZES (sizeof SIZES / sizeof *SIZES)
+
+static void test_allreduce(tn_comm *c) {
+    for (size_t si = 0; si < NSIZES; si++) {
+        size_t n = SIZES[si];
+        float *b = tn_xmalloc((n + 1) * sizeof *b);
+        fill(b, n);
+        int rc = tn_comm_allreduce_f32(c, b, n);
+        CHECKF(rc == 0, "allreduce n=%zu: %s", n, tn_errmsg());
+        size_t bad = first_bad_sum(b, 0, n);
+        CHECKF(bad == n, "allreduce n=%zu: [%zu] = %g, expected %g", n, bad, bad < n ? b[bad] : 0, bad < n ? sum_of(bad) : 0);
+        free(b);
+    }
+    /* many small ops in a row: shared-memory slots and counters carry over between ops */
+    for (int it = 0; it < 25; it++) {
+        size_t n = 100 + 37 * (size_t)it;
+        float b[1100];
+        fill(b, n);
+        CHECK(tn_comm_allreduce_f32(c, b, n) == 0);
+        CHECKF(first_bad_sum(b, 0, n) == n, "allreduce round %d n=%zu", it, n);
+    }
+}
+
+static void test_iallreduce(tn_comm *c) {
+    enum { K = 5 };
+    size_t ns[K] = {1, 70001, 1000, (1u << 20) + 1, 17};
+    float *b[K];
+    tn_comm_op *op[K];
+    for (int k = 0; k < K; k++) {
+        b[k] = tn_xmalloc(ns[k] * sizeof *b[k]);
+        fill(b[k], ns[k]);
+        op[k] = tn_comm_iallreduce_f32(c, b[k], ns[k]);
+        CHECK(op[k] != NULL);
+    }
+    for (int k = K - 1; k >= 0; k--) CHECK(op[k] && tn_comm_wait(op[k]) == 0); /* any wait order */
+    for (int k = 0; k < K; k++) {
+        CHECKF(first_bad_sum(b[k], 0, ns[k]) == ns[k], "iallreduce op %d n=%zu", k, ns[k]);
+        fill(b[k], ns[k]);
+        CHECK(tn_comm_iallreduce_f32(c, b[k], ns[k]) != NULL);
+    }
+    CHECK(tn_comm_wait_all(c) == 0);
+    for (int k = 0; k < K; k++) {
+        CHECKF(first_bad_sum(b[k], 0, ns[k]) == ns[k], "iallreduce + wait_all op %d n=%zu", k, ns[k]);
+        free(b[k]);
+    }
+    tn_comm_stats st;
+    tn_comm_get_stats(c, &st);
+    CHECK(st.ops >= 2 * K && st.progress_cpu_s >= 0 && st.progress_busy_s >= 0);
+}
+
+static void test_rs_ag(tn_comm *c) {
+    for (size_t si = 0; si < NSIZES; si++) {
+        size_t n = SIZES[si], off, len;
+        tn_comm_slice(n, P, R, &off, &len);
+        float *b = tn_xmalloc((n + 1) * sizeof *b);
+        fill(b, n);
+        int rc = tn_comm_reduce_scatter_f32(c, b, n);
+        CHECKF(rc == 0, "reduce-scatter n=%zu: %s", n, tn_errmsg());
+        size_t bad = first_bad_sum(b, off, off + len);
+        CHECKF(bad == off + len, "reduce-scatter n=%zu rank %d slice [%zu,+%zu): [%zu] wrong", n, R, off, len, bad);
+        /* all-gather of the reduced slices = allreduce; poison everything outside my slice first */
+        for (size_t i = 0; i < n; i++)
+            if (i < off || i >= off + len) b[i] = -1.0f;
+        CHECK(tn_comm_allgather_f32(c, b, n) == 0);
+        bad = first_bad_sum(b, 0, n);
+        CHECKF(bad == n, "reduce-scatter + all-gather n=%zu: [%zu] = %g", n, bad, bad < n ? b[bad] : 0);
+        /* all-gather alone: slice of rank r holds r's own values */
+        for (size_t i = 0; i < n; i++) b[i] = i >= off && i < off + len ? x_of(R, i) : -1.0f;
+        CHECK(tn_comm_allgather_f32(c, b, n) == 0);
+        for (int r = 0; r < P; r++) {
+            size_t ro, rl, i;
+            tn_comm_slice(n, P, r, &ro, &rl);
+            for (i = ro; i < ro + rl && b[i] == x_of(r, i); i++) {
+            }
+            CHECKF(i == ro + rl, "all-gather n=%zu: slice of rank %d wrong at %zu", n, r, i);
+        }
+        free(b);
+    }
+}
+
+static void test_errors(tn_comm *c) {
+    CHECK(tn_comm_allreduce_f32(c, NULL, 5) == -1 && strstr(tn_errmsg(), "NULL"));
+    CHECK(tn_comm_iallreduce_f32(c, NULL, 5) == NULL);
+    CHECK(tn_comm_bcast(c, &R, sizeof R, P) == -1 && strstr(tn_errmsg(), "root"));
+    CHECK(tn_comm_bcast(c, &R, sizeof R, -1) == -1);
+}
+
+int main(int argc, char **argv) {
+    tn_comm *c = tn_comm_init(&argc, &argv);
+    if (!c) {
+        fprintf(stderr, "test_unit_comm: %s\n", tn_errmsg());
+        return 1;
+    }
+    R = tn_comm_get_info(c)->rank, P = tn_comm_get_info(c)->size;
+    test_slice();
+    test_info(c);
+    test_small(c);
+    test_allreduce(c);
+    test_iallreduce(c);
+    test_rs_ag(c);
+    test_errors(c);
+    int64_t f[2] = {tl_failures, tl_checks};
+    if (tn_comm_allreduce_max_i64(c, f, 2) != 0) f[0] = 1;
+    if (tl_failures) fprintf(stderr, "test_unit_comm: rank %d: %d of %d checks failed\n", R, tl_failures, tl_checks);
+    if (R == 0)
+        printf("test_unit_comm: size %d, %d machine(s), backend %s: %d checks, %lld failed (worst rank)\n", P,
+               tn_comm_get_info(c)->n_nodes, tn_comm_backend_name(c), tl_checks, (long long)f[0]);
+    tn_comm_finalize(c);
+    return f[0] ? 1 : 0;
+}
