@@ -7,8 +7,8 @@
  * calls, a barrier, N timed calls back to back; time = the slowest rank's mean per call.
  * algbw = size/time, busbw = algbw * 2(n-1)/n (n = ranks), as nccl-tests report it. cpu = CPU seconds
  * the whole process used during the timed calls per second of them (1.0 = one core busy: Open MPI spins
- * while it waits; tandem's caller sleeps and only the progress thread runs). #wrong = elements (all ranks)
- * that differ from the closed-form sum after the last call. */
+ * while it waits; tandem's caller sleeps and only the progress thread runs; "-" below 50 ms of calls).
+ * #wrong = elements (all ranks) that differ from the closed-form sum after a checked call. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +26,11 @@ static double cpu_now(void) {
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
            1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+static void cpu_str(char *s, size_t n, double cpu) {
+    if (cpu < 0) snprintf(s, n, "-");
+    else snprintf(s, n, "%.2f", cpu);
 }
 
 static int parse_bytes(const char *s, size_t *out) {
@@ -80,7 +85,8 @@ static int measure(tn_comm *c, int mpi, float *buf, size_t n, int iters, int war
     if (CALL() != 0) return -1;
 #undef CALL
     int64_t slowest = (int64_t)(wall * 1e9);
-    double sums[2] = {(double)count_wrong(buf, n, in->size), cpu / (wall > 0 ? wall : 1) / in->size};
+    /* getrusage is too coarse for a few milliseconds: no cpu figure below 50 ms of timed calls */
+    double sums[2] = {(double)count_wrong(buf, n, in->size), wall >= 0.05 ? cpu / wall / in->size : -1e9};
     if (tn_comm_allreduce_max_i64(c, &slowest, 1) != 0 || tn_comm_allreduce_f64(c, sums, 2) != 0) return -1;
     double sec = (double)slowest * 1e-9 / iters, bytes = (double)n * sizeof(float), P = in->size;
     out->us = sec * 1e6;
@@ -142,9 +148,11 @@ int tn_cmd_bench_allreduce(int argc, char **argv) {
         if (with_mpi && measure(c, 1, buf, n, iters, warmup, &m) != 0) goto fail;
         wrong += t.wrong + m.wrong;
         if (in->rank == 0) {
-            printf("  %10zu %11zu %5s | %10.1f %9.4f %9.4f %5.2f %7.0f", bytes, n, "float", t.us, t.algbw, t.busbw,
-                   t.cpu, t.wrong);
-            if (with_mpi) printf(" | %10.1f %9.4f %9.4f %5.2f %7.0f\n", m.us, m.algbw, m.busbw, m.cpu, m.wrong);
+            char tc[16], mc[16];
+            cpu_str(tc, sizeof tc, t.cpu), cpu_str(mc, sizeof mc, m.cpu);
+            printf("  %10zu %11zu %5s | %10.1f %9.4f %9.4f %5s %7.0f", bytes, n, "float", t.us, t.algbw, t.busbw, tc,
+                   t.wrong);
+            if (with_mpi) printf(" | %10.1f %9.4f %9.4f %5s %7.0f\n", m.us, m.algbw, m.busbw, mc, m.wrong);
             else printf(" |\n");
             fflush(stdout);
         }
@@ -155,9 +163,10 @@ int tn_cmd_bench_allreduce(int argc, char **argv) {
     double cpu_busy[2] = {st.progress_cpu_s, st.progress_busy_s};
     if (tn_comm_allreduce_f64(c, cpu_busy, 2) != 0) goto fail;
     if (in->rank == 0) {
-        printf("# progress thread (mean over ranks): %.3f s CPU over %.3f s with an op in flight = %.1f%% of a "
-               "core; tandem phase wall %.1f s\n", cpu_busy[0] / in->size, cpu_busy[1] / in->size,
-               100.0 * cpu_busy[0] / (cpu_busy[1] > 0 ? cpu_busy[1] : 1), tandem_wall);
+        if (cpu_busy[1] / in->size >= 0.05)
+            printf("# progress thread (mean over ranks): %.3f s CPU over %.3f s with an op in flight = %.1f%% of a "
+                   "core; tandem phase wall %.1f s\n", cpu_busy[0] / in->size, cpu_busy[1] / in->size,
+                   100.0 * cpu_busy[0] / cpu_busy[1], tandem_wall);
         printf("# %s: %.0f wrong elements\n", wrong == 0 ? "check ok" : "CHECK FAILED", wrong);
     }
     tn_free_aligned(buf);

@@ -64,3 +64,43 @@ int tn_cmd_export(int argc, char **argv) {
     }
     return 0;
 }
+
+/* `tandem init-model CONFIG.json OUT_DIR [--tokenizer DIR] [--seed N]`: a freshly initialised HF model folder
+ * (HF's initialisation, as model_config does for training) with a tokenizer's files, to pre-train from
+ * scratch or to try the LLaMA-Factory examples on a small model without downloading one. */
+int tn_cmd_init_model(int argc, char **argv) {
+    const char *config = NULL, *out = NULL, *tokdir = NULL;
+    long seed = 42;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--tokenizer") == 0 && i + 1 < argc) tokdir = argv[++i];
+        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtol(argv[++i], NULL, 10);
+        else if (!config) config = argv[i];
+        else if (!out) out = argv[i];
+        else {
+            fprintf(stderr, "tandem: error: init-model: unexpected argument '%s'\n", argv[i]);
+            return 1;
+        }
+    }
+    if (!config || !out) {
+        fprintf(stderr, "tandem: error: usage: tandem init-model CONFIG.json OUT_DIR [--tokenizer DIR] [--seed N]\n");
+        return 1;
+    }
+    tn_model_config mc;
+    int rc = tn_model_config_load(config, &mc);
+    tn_model *m = rc ? NULL : tn_model_create(&mc, NULL, tn_backend_cpu());
+    if (m) {
+        tn_model_init_random(m, (uint64_t)seed);
+        rc = tn_model_save_hf(m, out, (size_t)5 << 30);
+        if (rc == 0 && tokdir && tn_model_copy_tokenizer_files(tokdir, out) <= 0)
+            rc = tn_err("init-model: no tokenizer files copied from %s (expected tokenizer.json there)", tokdir);
+        if (rc == 0)
+            printf("tandem: wrote a freshly initialised %s model (%.2fM parameters) to %s\n", mc.model_type,
+                   m->n_total / 1e6, out);
+        tn_model_free(m);
+    }
+    if (rc != 0) {
+        fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
+        return 1;
+    }
+    return 0;
+}

@@ -21,6 +21,7 @@
 #include "config/train_config.h"
 #include "core/core.h"
 #include "launch/hostfile.h"
+#include "trainer/checkpoint.h"
 
 #define HOST_CHECK_TIMEOUT_S 15
 
@@ -28,6 +29,8 @@ typedef struct {
     int n;                 /* ranks; 0 = from the hostfile's slots */
     const char *hostfile;
     int dry_run, no_bind;
+    int max_restarts;      /* restart from the newest complete checkpoint after a failure, this many times */
+    int drop_dead_hosts;   /* on restart, leave out hosts that no longer answer; keep the global batch */
     int cfg_argc;
     char **cfg_argv;       /* CONFIG.yaml key=value ... */
 } launch_opts;
@@ -120,8 +123,16 @@ static int parse_args(int argc, char **argv, launch_opts *o) {
             o->dry_run = 1;
         } else if (strcmp(argv[i], "--no-bind") == 0) {
             o->no_bind = 1;
+        } else if (strcmp(argv[i], "--max-restarts") == 0 && i + 1 < argc) {
+            char *end;
+            long n = strtol(argv[++i], &end, 10);
+            if (*end || n < 0 || n > 1000) return tn_err("launch: --max-restarts '%s': expected an integer in 0..1000", argv[i]);
+            o->max_restarts = (int)n;
+        } else if (strcmp(argv[i], "--drop-dead-hosts") == 0) {
+            o->drop_dead_hosts = 1;
         } else {
-            return tn_err("launch: unknown option '%s' (expected -n N, --hostfile FILE, --no-bind, --dry-run)", argv[i]);
+            return tn_err("launch: unknown option '%s' (expected -n N, --hostfile FILE, --max-restarts N, "
+                          "--drop-dead-hosts, --no-bind, --dry-run)", argv[i]);
         }
     }
     if (i >= argc) return tn_err("launch needs a config file: tandem launch [-n N | --hostfile FILE] CONFIG.yaml [key=value ...]");
@@ -132,14 +143,13 @@ static int parse_args(int argc, char **argv, launch_opts *o) {
 }
 
 /* The same validation `tandem train` does, here, before any process starts. */
-static int check_config(const launch_opts *o) {
-    static tn_train_config cfg;
-    if (tn_train_config_load(o->cfg_argv[0], &cfg) != 0) return -1;
+static int check_config(const launch_opts *o, tn_train_config *cfg) {
+    if (tn_train_config_load(o->cfg_argv[0], cfg) != 0) return -1;
     for (int i = 1; i < o->cfg_argc; i++) {
         if (!strchr(o->cfg_argv[i], '=')) return tn_err("command line: '%s' is not key=value", o->cfg_argv[i]);
-        if (tn_train_config_override(&cfg, o->cfg_argv[i]) != 0) return -1;
+        if (tn_train_config_override(cfg, o->cfg_argv[i]) != 0) return -1;
     }
-    return tn_train_config_finish(&cfg);
+    return tn_train_config_finish(cfg);
 }
 
 static void push(char ***v, int *n, int *cap, const char *s) {
@@ -151,42 +161,29 @@ static void push(char ***v, int *n, int *cap, const char *s) {
     (*v)[*n] = NULL;
 }
 
-int tn_cmd_launch(int argc, char **argv) {
-    launch_opts o;
-    tn_hostfile hf = {0};
-    int rc = parse_args(argc, argv, &o);
-    if (rc == 0) rc = check_config(&o);
-    if (rc == 0 && o.hostfile) {
-        rc = tn_hostfile_load(o.hostfile, &hf);
-        for (int i = 0; rc == 0 && i < hf.n; i++)
-            if (!is_local_host(hf.hosts[i].name)) rc = check_host_reachable(&hf, &hf.hosts[i]);
-    }
-    if (rc != 0) {
-        fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
-        tn_hostfile_free(&hf);
-        return 1;
-    }
-    char exe[4096];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) {
-        fprintf(stderr, "tandem: error: /proc/self/exe: cannot find this program's path\n");
-        return 1;
-    }
-    exe[len] = '\0';
-    char **v = NULL, num[64];
-    int n = 0, cap = 0;
-    push(&v, &n, &cap, "mpirun");
-    push(&v, &n, &cap, "-q"); /* tandem prints one line per failure; mpirun's banners would bury it */
-    if (getuid() == 0) push(&v, &n, &cap, "--allow-run-as-root");
-    int ranks = o.n ? o.n : hf.total_slots;
+static void free_argv(char **v, int n) {
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+/* mpirun's command line for `ranks` ranks (on hostfile when given), then `tandem train CONFIG overrides...`
+ * and the extra overrides. */
+static void build_command(const launch_opts *o, const char *hostfile, int ranks, const char *exe, char **extra,
+                          int n_extra, char ***v, int *n) {
+    char num[64];
+    int cap = 0;
+    *v = NULL, *n = 0;
+    push(v, n, &cap, "mpirun");
+    push(v, n, &cap, "-q"); /* tandem prints one line per failure; mpirun's banners would bury it */
+    if (getuid() == 0) push(v, n, &cap, "--allow-run-as-root");
     snprintf(num, sizeof num, "%d", ranks);
-    push(&v, &n, &cap, "-n");
-    push(&v, &n, &cap, num);
-    if (o.hostfile) {
-        push(&v, &n, &cap, "--hostfile");
-        push(&v, &n, &cap, o.hostfile);
-        push(&v, &n, &cap, "--bind-to");
-        push(&v, &n, &cap, "none");
+    push(v, n, &cap, "-n");
+    push(v, n, &cap, num);
+    if (hostfile) {
+        push(v, n, &cap, "--hostfile");
+        push(v, n, &cap, hostfile);
+        push(v, n, &cap, "--bind-to");
+        push(v, n, &cap, "none");
     } else {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         int per = cores > 0 ? (int)(cores / ranks) : 0;
@@ -194,48 +191,173 @@ int tn_cmd_launch(int argc, char **argv) {
             snprintf(num, sizeof num, "%d", per > 0 ? per : 1);
             setenv("OMP_NUM_THREADS", num, 1);
         }
-        if (per >= 1 && !o.no_bind) { /* each worker on its own cores: no migrations, no shared L2 thrash */
+        if (per >= 1 && !o->no_bind) { /* each worker on its own cores: no migrations, no shared L2 thrash */
             snprintf(num, sizeof num, "slot:PE=%d", per);
-            push(&v, &n, &cap, "--map-by");
-            push(&v, &n, &cap, num);
-            push(&v, &n, &cap, "--bind-to");
-            push(&v, &n, &cap, "core");
+            push(v, n, &cap, "--map-by");
+            push(v, n, &cap, num);
+            push(v, n, &cap, "--bind-to");
+            push(v, n, &cap, "core");
         } else {
-            push(&v, &n, &cap, "--oversubscribe");
-            push(&v, &n, &cap, "--bind-to");
-            push(&v, &n, &cap, "none");
+            push(v, n, &cap, "--oversubscribe");
+            push(v, n, &cap, "--bind-to");
+            push(v, n, &cap, "none");
         }
     }
     /* forward what a run needs: threads, tandem's own variables, library paths */
     const char *fwd[] = {"OMP_NUM_THREADS", "PATH", "LD_LIBRARY_PATH", NULL};
     for (int i = 0; fwd[i]; i++)
         if (getenv(fwd[i])) {
-            push(&v, &n, &cap, "-x");
-            push(&v, &n, &cap, fwd[i]);
+            push(v, n, &cap, "-x");
+            push(v, n, &cap, fwd[i]);
         }
     extern char **environ;
     for (char **e = environ; *e; e++)
         if (strncmp(*e, "TANDEM_", 7) == 0) {
             char name[256];
             snprintf(name, sizeof name, "%.*s", (int)strcspn(*e, "="), *e);
-            push(&v, &n, &cap, "-x");
-            push(&v, &n, &cap, name);
+            push(v, n, &cap, "-x");
+            push(v, n, &cap, name);
         }
-    push(&v, &n, &cap, exe);
-    push(&v, &n, &cap, "train");
-    for (int i = 0; i < o.cfg_argc; i++) push(&v, &n, &cap, o.cfg_argv[i]);
-    printf("tandem launch:");
-    for (int i = 0; i < n; i++) printf(" %s", v[i]);
-    printf("\n");
-    fflush(stdout);
-    tn_hostfile_free(&hf);
-    if (o.dry_run) {
-        for (int i = 0; i < n; i++) free(v[i]);
-        free(v);
-        return 0;
+    push(v, n, &cap, exe);
+    push(v, n, &cap, "train");
+    for (int i = 0; i < o->cfg_argc; i++) push(v, n, &cap, o->cfg_argv[i]);
+    for (int i = 0; i < n_extra; i++) push(v, n, &cap, extra[i]);
+}
+
+/* Runs argv (mpirun ...) to completion; its exit status (128 + signal when killed). */
+static int run_child(char **argv) {
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "tandem: error: fork: %s\n", strerror(errno));
+        return 127;
     }
-    execvp("mpirun", v);
-    fprintf(stderr, "tandem: error: cannot run mpirun: %s (scripts/install-deps.sh installs openmpi-bin)\n",
-            strerror(errno));
-    return 1;
+    if (pid == 0) {
+        execvp(argv[0], argv);
+        fprintf(stderr, "tandem: error: cannot run %s: %s (scripts/install-deps.sh installs openmpi-bin)\n", argv[0],
+                strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Micro-batch and accumulation for `ranks` ranks keeping the global batch: the largest micro-batch
+ * <= max_micro dividing global / ranks. 0 when ranks does not divide the global batch. */
+static int keep_global_batch(int64_t global, int ranks, int max_micro, int *micro, int *accum) {
+    if (ranks < 1 || global % ranks) return 0;
+    int64_t per = global / ranks;
+    for (int64_t b = max_micro < per ? max_micro : per; b >= 1; b--)
+        if (per % b == 0) {
+            *micro = (int)b, *accum = (int)(per / b);
+            return 1;
+        }
+    return 0;
+}
+
+/* Writes the hosts that still answer into path; the number of slots they have (0: none). */
+static int write_live_hostfile(const tn_hostfile *hf, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) return 0;
+    int slots = 0;
+    for (int i = 0; i < hf->n; i++) {
+        if (!is_local_host(hf->hosts[i].name) && check_host_reachable(hf, &hf->hosts[i]) != 0) {
+            fprintf(stderr, "tandem launch: leaving out host %s: %s\n", hf->hosts[i].name, tn_errmsg());
+            continue;
+        }
+        fprintf(f, "%s slots=%d\n", hf->hosts[i].name, hf->hosts[i].slots);
+        slots += hf->hosts[i].slots;
+    }
+    return fclose(f) == 0 ? slots : 0;
+}
+
+int tn_cmd_launch(int argc, char **argv) {
+    launch_opts o;
+    tn_hostfile hf = {0};
+    static tn_train_config cfg;
+    int rc = parse_args(argc, argv, &o);
+    if (rc == 0) rc = check_config(&o, &cfg);
+    if (rc == 0 && o.hostfile) {
+        rc = tn_hostfile_load(o.hostfile, &hf);
+        for (int i = 0; rc == 0 && i < hf.n; i++)
+            if (!is_local_host(hf.hosts[i].name)) rc = check_host_reachable(&hf, &hf.hosts[i]);
+    }
+    char exe[4096];
+    ssize_t len = rc == 0 ? readlink("/proc/self/exe", exe, sizeof exe - 1) : 0;
+    if (rc == 0 && len <= 0) rc = tn_err("/proc/self/exe: cannot find this program's path");
+    if (rc != 0) {
+        fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
+        tn_hostfile_free(&hf);
+        return 1;
+    }
+    exe[len] = '\0';
+    setenv("TANDEM_TTY", isatty(fileno(stdout)) ? "1" : "0", 1); /* progress bar or plain lines (job.c) */
+    const int ranks0 = o.n ? o.n : hf.total_slots;
+    const int64_t global = (int64_t)ranks0 * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps;
+    int ranks = ranks0;
+    char live_hostfile[64] = "";
+    for (int attempt = 0;; attempt++) {
+        char resume[TN_PATH_MAX + 64], extra[3][TN_PATH_MAX + 96], *xp[3] = {extra[0], extra[1], extra[2]};
+        int n_extra = 0;
+        /* a restart resumes from the newest complete checkpoint, whatever overwrite_output_dir says */
+        if (attempt && tn_checkpoint_latest(cfg.output_dir, resume, sizeof resume))
+            snprintf(extra[n_extra++], sizeof extra[0], "resume_from_checkpoint=%s", resume);
+        if (ranks != ranks0) {
+            int micro = 1, accum = 1;
+            keep_global_batch(global, ranks, cfg.per_device_train_batch_size, &micro, &accum);
+            snprintf(extra[n_extra++], sizeof extra[0], "per_device_train_batch_size=%d", micro);
+            snprintf(extra[n_extra++], sizeof extra[0], "gradient_accumulation_steps=%d", accum);
+            printf("tandem launch: continuing on %d rank(s): %d x %d x %d keeps the global batch of %lld\n", ranks,
+                   ranks, micro, accum, (long long)global);
+        }
+        char **v;
+        int n;
+        build_command(&o, live_hostfile[0] ? live_hostfile : o.hostfile, ranks, exe, xp, n_extra, &v, &n);
+        printf("tandem launch:");
+        for (int i = 0; i < n; i++) printf(" %s", v[i]);
+        printf("\n");
+        fflush(stdout);
+        if (o.dry_run) {
+            free_argv(v, n);
+            break;
+        }
+        if (o.max_restarts == 0) { /* nothing to come back to: become mpirun (signals reach it directly) */
+            tn_hostfile_free(&hf);
+            execvp("mpirun", v);
+            fprintf(stderr, "tandem: error: cannot run mpirun: %s (scripts/install-deps.sh installs openmpi-bin)\n",
+                    strerror(errno));
+            return 1;
+        }
+        int status = run_child(v);
+        free_argv(v, n);
+        if (status == 0) break;
+        if (attempt >= o.max_restarts) {
+            fprintf(stderr, "tandem: error: the run failed (exit %d) and its %d restart(s) are used up\n", status,
+                    o.max_restarts);
+            rc = 1;
+            break;
+        }
+        fprintf(stderr, "tandem launch: the run failed (exit %d); restart %d of %d from the newest complete checkpoint\n",
+                status, attempt + 1, o.max_restarts);
+        if (o.hostfile && o.drop_dead_hosts) {
+            snprintf(live_hostfile, sizeof live_hostfile, "/tmp/tandem-hosts-%d", (int)getpid());
+            int slots = write_live_hostfile(&hf, live_hostfile), micro, accum;
+            if (slots < 1) {
+                fprintf(stderr, "tandem: error: no host of %s answers any more\n", o.hostfile);
+                rc = 1;
+                break;
+            }
+            if (!keep_global_batch(global, slots, cfg.per_device_train_batch_size, &micro, &accum)) {
+                fprintf(stderr, "tandem: error: %d remaining rank(s) cannot keep the global batch of %lld: restart "
+                                "without --drop-dead-hosts, or choose a batch they divide\n", slots, (long long)global);
+                rc = 1;
+                break;
+            }
+            ranks = slots;
+        }
+    }
+    if (live_hostfile[0]) unlink(live_hostfile);
+    tn_hostfile_free(&hf);
+    return rc;
 }

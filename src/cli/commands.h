@@ -9,5 +9,6 @@ int tn_cmd_tokenize(int argc, char **argv);
 int tn_cmd_compare(int argc, char **argv);
 int tn_cmd_launch(int argc, char **argv);
 int tn_cmd_export(int argc, char **argv);
+int tn_cmd_init_model(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@ static void usage(FILE *f) {
             "       tandem launch [-n N | --hostfile FILE] CONFIG.yaml [key=value ...]\n"
             "                                                    the same run on N local ranks or every host\n"
             "       tandem export [CONFIG.yaml] [key=value ...]  merge adapter_name_or_path into model_name_or_path -> export_dir\n"
+            "       tandem init-model CONFIG.json OUT_DIR [--tokenizer DIR]  a freshly initialised HF model folder\n"
             "       tandem compare A B [--max-rel-l2 X]          per-tensor difference of two checkpoints\n"
             "       tandem bench sgemm [--n N]                   measured fp32 sgemm peak\n"
             "       mpirun -n N tandem bench allreduce [--min 4K] [--max 256M]   tandem's all-reduce vs MPI_Allreduce\n");
@@ -27,9 +28,10 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "train") == 0) return tn_cmd_train(argc - 2, argv + 2);
     if (strcmp(argv[1], "bench") == 0) return tn_cmd_bench(argc - 2, argv + 2);
     if (strcmp(argv[1], "tokenize") == 0) return tn_cmd_tokenize(argc - 2, argv + 2);
+    if (strcmp(argv[1], "init-model") == 0) return tn_cmd_init_model(argc - 2, argv + 2);
     if (strcmp(argv[1], "export") == 0) return tn_cmd_export(argc - 2, argv + 2);
     if (strcmp(argv[1], "launch") == 0) return tn_cmd_launch(argc - 2, argv + 2);
     if (strcmp(argv[1], "compare") == 0) return tn_cmd_compare(argc - 2, argv + 2);
-    fprintf(stderr, "tandem: error: unknown command '%s' (expected train, launch, export, tokenize, compare or bench; see tandem --help)\n", argv[1]);
+    fprintf(stderr, "tandem: error: unknown command '%s' (expected train, launch, export, init-model, tokenize, compare or bench; see tandem --help)\n", argv[1]);
     return 1;
 }

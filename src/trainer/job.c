@@ -9,6 +9,8 @@
 
 #include "core/core.h"
 #include "data/dataset.h"
+#include "data/lf_dataset.h"
+#include "tokenizer/tokenizer.h"
 #include "model/model.h"
 #include "outputs/progress.h"
 #include "outputs/run_log.h"
@@ -23,15 +25,95 @@
 
 static int is_demo(const tn_train_config *cfg) { return strcmp(cfg->dataset, "demo_addition") == 0; }
 
-static int load_data(const tn_train_config *cfg, tn_dataset *train, tn_dataset *eval) {
-    memset(eval, 0, sizeof *eval);
-    if (!cfg->dataset[0]) return tn_err("%s: key 'dataset' is required (the bundled demo is 'demo_addition')", cfg->source_path);
-    if (!is_demo(cfg))
-        return tn_err("%s: key 'dataset': '%s' is not available; this build bundles 'demo_addition' "
-                      "(dataset_info.json datasets come with the LLaMA-Factory data stage)", cfg->source_path, cfg->dataset);
-    if (tn_demo_addition(DEMO_DIGITS, DEMO_TRAIN_SAMPLES, 0, (uint64_t)cfg->seed, cfg->cutoff_len, train) != 0 ||
-        tn_demo_addition(DEMO_DIGITS, DEMO_EVAL_SAMPLES, 1, (uint64_t)cfg->seed, cfg->cutoff_len, eval) != 0) {
-        tn_dataset_free(train);
+/* Data of a run: the bundled demo, or LLaMA-Factory datasets tokenized by the model's tokenizer. */
+typedef struct {
+    tn_dataset train, eval;
+    lf_samples lf_train, lf_eval;   /* backing store of LLaMA-Factory data (a mapped cache file) */
+    int32_t vocab;                  /* tokenizer's vocabulary (0 for the demo) */
+} job_data;
+
+static void job_data_free(job_data *d) {
+    if (d->train.ids) tn_dataset_free(&d->train);
+    if (d->eval.ids) tn_dataset_free(&d->eval);
+    lf_samples_free(&d->lf_train);
+    lf_samples_free(&d->lf_eval);
+    memset(d, 0, sizeof *d);
+}
+
+static int longest(const lf_samples *s) {
+    int m = 0;
+    for (int i = 0; i < s->n; i++) m = s->len[i] > m ? s->len[i] : m;
+    return m;
+}
+
+static void as_dataset(const lf_samples *s, int S, tn_dataset *d) {
+    memset(d, 0, sizeof *d);
+    d->n = s->n, d->S = S;
+    d->var_ids = s->ids, d->var_labels = s->labels, d->var_off = s->off;
+}
+
+/* Where tokenized data is cached: $TANDEM_CACHE_DIR, else ~/.cache/tandem/data (as HF caches datasets). */
+static char *cache_dir(void) {
+    const char *env = getenv("TANDEM_CACHE_DIR"), *home = getenv("HOME");
+    if (env && *env) return tn_xstrdup(env);
+    return tn_path_join(home && *home ? home : "/tmp", ".cache/tandem/data");
+}
+
+/* LLaMA-Factory datasets: tokenized once per job. The first rank of each machine tokenizes (or finds the
+ * cache), the others then map the cache file it wrote, so each rank reads only the samples it trains on. */
+static int load_lf_data(const tn_train_config *cfg, tn_comm *comm, job_data *d) {
+    if (!cfg->model_name_or_path[0])
+        return tn_err("%s: key 'dataset': LLaMA-Factory datasets need model_name_or_path (a folder with "
+                      "tokenizer.json)", cfg->source_path);
+    if (!cfg->template_name[0] && cfg->stage == TN_STAGE_SFT)
+        return tn_err("%s: key 'template' is required for sft data (default, qwen, qwen3, qwen3_nothink, llama3)",
+                      cfg->source_path);
+    char *tok_path = tn_path_join(cfg->model_name_or_path, "tokenizer.json"), *cache = cache_dir();
+    tn_tokenizer *tok = tn_tokenizer_load(tok_path);
+    const tn_comm_info *in = tn_comm_get_info(comm);
+    lf_data_args a = {.dataset = cfg->dataset, .dataset_dir = cfg->dataset_dir,
+                      .template_name = cfg->template_name[0] ? cfg->template_name : "default",
+                      .stage = cfg->stage == TN_STAGE_PT ? "pt" : "sft", .cutoff_len = cfg->cutoff_len,
+                      .max_samples = cfg->max_samples, .packing = cfg->packing, .train_on_prompt = cfg->train_on_prompt,
+                      .mask_history = cfg->mask_history, .val_size = cfg->val_size, .seed = cfg->seed,
+                      .cache_dir = cache, .tokenizer_path = tok_path, .enable_thinking = cfg->enable_thinking ? 1 : -1};
+    int rc = tok ? 0 : -1;
+    for (int turn = 0; turn < 2; turn++) { /* local rank 0 first, then the rest of its machine */
+        if (rc == 0 && (in->local_rank == 0) == (turn == 0)) rc = lf_load(&a, tok, &d->lf_train, &d->lf_eval);
+        if (in->size > 1 && tn_comm_barrier(comm) != 0 && rc == 0) rc = tn_err("barrier failed: %s", tn_errmsg());
+    }
+    if (rc == 0 && d->lf_train.pos)
+        rc = tn_err("%s: packing with stage sft needs per-sample position ids, not supported yet: set packing: false",
+                    cfg->source_path);
+    if (rc == 0 && d->lf_train.n == 0) rc = tn_err("%s: key 'dataset': no training samples", cfg->source_path);
+    if (rc == 0) {
+        int S = longest(&d->lf_train), Se = longest(&d->lf_eval);
+        S = Se > S ? Se : S;
+        as_dataset(&d->lf_train, S, &d->train);
+        if (d->lf_eval.n) as_dataset(&d->lf_eval, S, &d->eval);
+        d->vocab = tn_tokenizer_vocab_size(tok);
+        if (in->rank == 0)
+            printf("tandem: %d training samples%s%.0d%s (longest %d tokens) from %s, template %s%s\n", d->train.n,
+                   d->eval.n ? ", " : "", d->eval.n, d->eval.n ? " held out" : "", S, cfg->dataset, a.template_name,
+                   d->lf_train.n_dropped ? "" : "");
+        if (in->rank == 0 && d->lf_train.n_dropped)
+            printf("tandem: note: %d example(s) dropped as LLaMA-Factory drops them, first: %s\n",
+                   d->lf_train.n_dropped, d->lf_train.drop_reason);
+    }
+    tn_tokenizer_free(tok);
+    free(tok_path), free(cache);
+    return rc;
+}
+
+static int load_data(const tn_train_config *cfg, tn_comm *comm, job_data *d) {
+    memset(d, 0, sizeof *d);
+    if (!cfg->dataset[0])
+        return tn_err("%s: key 'dataset' is required (names from dataset_info.json; the bundled demo is "
+                      "'demo_addition')", cfg->source_path);
+    if (!is_demo(cfg)) return load_lf_data(cfg, comm, d);
+    if (tn_demo_addition(DEMO_DIGITS, DEMO_TRAIN_SAMPLES, 0, (uint64_t)cfg->seed, cfg->cutoff_len, &d->train) != 0 ||
+        tn_demo_addition(DEMO_DIGITS, DEMO_EVAL_SAMPLES, 1, (uint64_t)cfg->seed, cfg->cutoff_len, &d->eval) != 0) {
+        job_data_free(d);
         return tn_err("%s: %s", cfg->source_path, tn_errmsg());
     }
     return 0;
@@ -172,7 +254,10 @@ static int evaluate(job_ctx *j, double *loss, double *runtime) {
 static int train_loop(job_ctx *j) {
     const tn_train_config *cfg = j->cfg;
     tn_trainer *t = j->t;
-    const int tty = isatty(fileno(stdout));
+    /* under mpirun a rank's stdout is a pty even when mpirun writes to a file: the launcher says (TANDEM_TTY)
+     * whether a terminal is really at the end */
+    const char *tty_env = getenv("TANDEM_TTY");
+    const int tty = getenv("OMPI_COMM_WORLD_SIZE") ? (tty_env && strcmp(tty_env, "1") == 0) : isatty(fileno(stdout));
     double window_loss = 0, last = tn_now();
     int64_t window_tokens = 0, window_seen = 0;
     while (t->step < t->total_steps) {
@@ -277,12 +362,14 @@ static int find_resume(const tn_train_config *cfg, char *dir, size_t n) {
 
 int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fingerprint) {
     const int rank = tn_comm_get_info(comm)->rank, lead = rank == 0;
-    tn_dataset train = {0}, eval = {0};
-    int rc = agree(comm, load_data(cfg, &train, &eval));
+    job_data data;
+    int rc = agree(comm, load_data(cfg, comm, &data));
+    tn_dataset train = data.train, eval = data.eval;
     tn_model *m = rc ? NULL : load_model(cfg);
-    if (m && is_demo(cfg) && m->V < TN_BYTE_VOCAB) {
-        tn_err("%s: the demo's byte vocabulary needs vocab_size >= %d, the model has %d", cfg->source_path,
-               TN_BYTE_VOCAB, m->V);
+    int need = is_demo(cfg) ? TN_BYTE_VOCAB : data.vocab;
+    if (m && m->V < need) {
+        tn_err("%s: the %s has %d tokens but the model's vocab_size is %d", cfg->source_path,
+               is_demo(cfg) ? "demo's byte vocabulary" : "tokenizer", need, m->V);
         tn_model_free(m);
         m = NULL;
     }
@@ -342,7 +429,6 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     }
     tn_trainer_free(t);
     tn_model_free(m);
-    tn_dataset_free(&train);
-    tn_dataset_free(&eval);
+    job_data_free(&data);
     return rc;
 }

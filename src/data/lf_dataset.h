@@ -1,0 +1,87 @@
+/* lf_dataset -- LLaMA-Factory's data pipeline (the v0 trainer, snapshot ff6d4d1): what a training job
+ * reads from `dataset`, `dataset_dir`, `template`, `cutoff_len`, ... becomes tokenized samples with
+ * HF-aligned labels, exactly as LLaMA-Factory builds them.
+ *
+ * Owns (files src/data/lf_*.c): dataset_info.json entries; alpaca and sharegpt records in JSON, JSON
+ * lines or txt files; several datasets concatenated in order, max_samples per dataset; the templates
+ * default, qwen, qwen3, qwen3_nothink, llama3 rendered slot by slot AT TOKEN-ID LEVEL (each formatted
+ * slot string is tokenized on its own, so merges never cross slot boundaries but do cross the content
+ * boundary inside a slot); tool descriptions and tool calls (LF's default, qwen and llama3 tool formats);
+ * the qwen3 empty-<think> rule; labels -100 on every prompt token and every assistant turn trained
+ * (train_on_prompt / mask_history as LF); infer_seqlen truncation; SFT packing (greedy knapsack, LF's
+ * bins padded to cutoff_len) and pre-training (text + EOS, blocks of cutoff_len); HF's
+ * train_test_split for val_size (numpy PCG64 permutation); a tokenized cache file.
+ *
+ * Where LF would crash or do something undefined we stop with one tn_err line naming the file, the
+ * record (0-based index in its file) or line, and what was expected. Where LF silently drops an
+ * example (broken sharegpt role order, odd message count, no response) we drop it too and count it.
+ *
+ * Special tokens come from tokenizer_config.json next to tokenizer.json (bos_token, eos_token,
+ * pad_token, add_bos_token), then LF's template fix: replace_eos makes the first stop word the EOS,
+ * a missing EOS becomes <|endoftext|>, a missing PAD becomes the EOS.
+ *
+ * Not supported (refused by name): hub/remote datasets, formatting openai, preference/KTO/multimodal
+ * columns, num_samples, csv/parquet/arrow files, other templates. Differences, on purpose: a folder's
+ * files are read in name order (LF: os.listdir order); val_size 1 is a count of one (HF refuses 1.0);
+ * a tools column may also hold the list itself. Pre-training labels mask the PAD id, as HF's
+ * DataCollatorForLanguageModeling does (matters when PAD == the appended EOS, e.g. template default
+ * with a LLaMA-3 tokenizer). */
+#ifndef TN_LF_DATASET_H
+#define TN_LF_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer/tokenizer.h"
+
+#define LF_IGNORE (-100)
+
+typedef struct {               /* what the YAML says (keys of LLaMA-Factory) */
+    const char *dataset;       /* "identity,alpaca_en_demo" (comma list, names in dataset_info.json) */
+    const char *dataset_dir;   /* folder of dataset_info.json (NULL = LLaMA-Factory default "data") */
+    const char *template_name; /* default, qwen, qwen3, qwen3_nothink, llama3 */
+    const char *stage;         /* "sft" or "pt" (NULL = sft) */
+    int cutoff_len;            /* 0 = default 2048 */
+    int max_samples;           /* 0 = all; per dataset, first N, as LLaMA-Factory */
+    int packing;               /* -1 = default (pt: on, sft: off); 1 = on (LF then uses cutoff_len - 1); 0 = off */
+    int train_on_prompt, mask_history; /* LLaMA-Factory flags (defaults false) */
+    double val_size;           /* 0 = none; fraction (<1) or count (>=1) held out, seed-shuffled as HF's train_test_split */
+    int seed;
+    const char *cache_dir;     /* where the tokenized cache goes (NULL = no cache) */
+    /* Additions to the LF keys above: */
+    const char *tokenizer_path; /* the tokenizer.json `tok` was loaded from: its bytes key the cache, and
+                                   tokenizer_config.json in the same folder gives bos/eos/pad/add_bos_token
+                                   (required: without it EOS is unknown) */
+    int enable_thinking;       /* LF `enable_thinking` for qwen3: 0 = LF default (true), 1 = true, -1 = false */
+} lf_data_args;
+
+typedef struct {
+    int n;                     /* samples */
+    int *len;                  /* [n] tokens of each sample */
+    int32_t *ids;              /* all samples back to back */
+    int32_t *labels;           /* same length; LF_IGNORE on positions without loss; HF alignment (label[t] =
+                                  ids[t] at trained positions, the model shifts) */
+    int64_t *off;              /* [n + 1]: sample i is [off[i], off[i+1]) */
+    int32_t *pos;              /* position ids, only for SFT packing (restart at 0 per packed example, 0 on
+                                  padding); NULL = 0 .. len-1 */
+    int n_dropped;             /* examples LF drops (broken sharegpt roles or count, no response) */
+    char drop_reason[200];     /* the first drop: file, record and why ("" when none) */
+    void *map_;                /* internal: the mapped cache file these arrays point into (NULL = malloc'd) */
+    size_t map_len_;
+} lf_samples;
+
+/* Builds the training samples and, with val_size, the held-out ones (eval may be NULL only when val_size
+ * is 0; it then gets an empty set). With cache_dir the result goes to cache_dir/lf_<key>.bin (atomic
+ * write), keyed by SHA-256 of every input (dataset files' bytes, dataset_info entries, template, stage,
+ * cutoff_len, max_samples, packing, flags, val_size + seed, tokenizer.json and tokenizer_config.json
+ * bytes); a matching cache is mapped (copy-on-write) instead of tokenizing again. Tokenization uses all
+ * OpenMP threads. Returns 0, or -1 with tn_err set. */
+int lf_load(const lf_data_args *a, const tn_tokenizer *tok, lf_samples *train, lf_samples *eval);
+void lf_samples_free(lf_samples *s);
+
+/* Maps an existing cache file. Every rank of a job can call lf_load after one rank wrote the cache (the
+ * key is cheap to recompute): the file is mapped, so each rank reads from disk only the pages of the
+ * samples it touches, and ranks on one node share them through the page cache. eval may be NULL. */
+int lf_cache_map(const char *path, lf_samples *train, lf_samples *eval);
+
+#endif

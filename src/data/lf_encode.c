@@ -1,0 +1,150 @@
+/* lf_encode.c -- one SFT example -> input ids and labels, as LLaMA-Factory's
+ * SupervisedDatasetProcessor._encode_data_example with Template.encode_multiturn:
+ *
+ *   turn 0 = prefix + system(system or default_system, + tool prompt) + user; each message is rendered
+ *   by its formatter and tokenized slot by slot; pairs (user|observation, assistant|function) are
+ *   cut against the remaining budget by infer_seqlen; source tokens get -100 (unless
+ *   train_on_prompt), target tokens keep their ids in EVERY turn (mask_history: only the last turn,
+ *   which is then taken first so truncation keeps it).
+ *
+ * qwen3 (ReasoningTemplate): a response without <think> or </think> gets the ids of
+ * "<think>\n\n</think>\n\n" in front (trained; enable_thinking false: appended to the prompt,
+ * masked, and every thought removed first); with mask_history earlier thoughts are removed and only
+ * the last turn gets the empty block (LF's discarding_history_cot). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "data/lf_internal.h"
+
+void lf_infer_seqlen(int source_len, int target_len, int cutoff_len, int *src_out, int *tgt_out) {
+    int max_target;
+    if (target_len * 2 < cutoff_len) max_target = cutoff_len;               /* truncate the source only */
+    else if (source_len * 2 < cutoff_len) max_target = cutoff_len - source_len; /* the target only */
+    else max_target = (int)((double)cutoff_len * ((double)target_len / (double)(source_len + target_len)));
+    int new_target = max_target < target_len ? max_target : target_len;
+    int max_source = cutoff_len - new_target > 0 ? cutoff_len - new_target : 0;
+    *src_out = max_source < source_len ? max_source : source_len;
+    *tgt_out = new_target;
+}
+
+static int contains(const char *s, size_t n, const char *w) {
+    size_t k = strlen(w);
+    for (size_t i = 0; i + k <= n; i++)
+        if (memcmp(s + i, w, k) == 0) return 1;
+    return 0;
+}
+
+/* re.sub("<think>\n(.*?)\n</think>\n\n", "", s, flags=DOTALL).lstrip("\n") into out. */
+static void remove_thought(const char *s, size_t n, lf_buf *out) {
+    static const char tw0[] = "<think>\n", tw1[] = "\n</think>\n\n";
+    out->n = 0;
+    size_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n && memcmp(s + i, tw0, 8) == 0) {
+            size_t j = i + 8, end = 0;
+            for (; j + 11 <= n; j++)
+                if (memcmp(s + j, tw1, 11) == 0) {
+                    end = j + 11;
+                    break;
+                }
+            if (end) {
+                i = end;
+                continue;
+            }
+        }
+        lf_buf_putc(out, s[i++]);
+    }
+    size_t lead = 0;
+    while (lead < out->n && out->p[lead] == '\n') lead++;
+    if (lead) {
+        memmove(out->p, out->p + lead, out->n - lead);
+        out->n -= lead;
+    }
+    if (!out->p) lf_buf_put(out, "", 0);
+}
+
+static int append(tn_ids *v, const int32_t *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (tn_ids_push(v, x[i]) != 0) return -1;
+    return 0;
+}
+
+/* Message i of the example rendered to ids (turn 0 carries prefix and system). */
+static int encode_message(const lf_template *t, const lf_example *e, const lf_msg *m, int i, lf_buf *sb, lf_buf *tmp,
+                          tn_ids *out) {
+    const lf_template_def *d = t->def;
+    if (i == 0) {
+        if (lf_fmt_encode(t, &d->prefix, "", 0, -1, sb, out) != 0) return -1;
+        const char *sys = e->nsys ? e->system : d->default_system;
+        size_t nsys = e->nsys ? e->nsys : strlen(d->default_system);
+        if (nsys || e->ntools) {
+            tmp->n = 0;
+            lf_buf_put(tmp, sys, nsys);
+            if (e->ntools && lf_tools_prompt(t, e->tools, e->ntools, tmp, e) != 0) return -1;
+            if (lf_fmt_encode(t, &d->system, tmp->p, tmp->n, -1, sb, out) != 0) return -1;
+        }
+    }
+    switch (m->role) {
+    case LF_USER: return lf_fmt_encode(t, &d->user, m->s, m->n, i / 2, sb, out);
+    case LF_ASSISTANT: return lf_fmt_encode(t, &d->assistant, m->s, m->n, -1, sb, out);
+    case LF_OBSERVATION: return lf_fmt_encode(t, &d->observation, m->s, m->n, -1, sb, out);
+    default:
+        tmp->n = 0;
+        if (lf_function_text(t, m->s, m->n, tmp, e) != 0) return -1;
+        return lf_fmt_encode(t, &d->function, tmp->p ? tmp->p : "", tmp->n, -1, sb, out);
+    }
+}
+
+int lf_encode_supervised(const lf_template *t, const lf_encode_opts *o, const lf_example *e, tn_ids *ids,
+                         tn_ids *labels) {
+    int n = e->n_prompt + e->n_resp, rc = 0;
+    lf_msg *msg = tn_xmalloc((size_t)n * sizeof *msg);
+    memcpy(msg, e->msg, (size_t)n * sizeof *msg);
+    tn_ids *enc = tn_xcalloc((size_t)n, sizeof *enc);
+    lf_buf *thoughtless = tn_xcalloc((size_t)n, sizeof *thoughtless);
+    lf_buf sb = {0}, tmp = {0};
+    int reasoning = t->def->reasoning, discard = reasoning && o->mask_history;
+    for (int i = 1; reasoning && i < n; i += 2) {
+        if (t->enable_thinking && !(discard && i < n - 2)) continue;
+        remove_thought(msg[i].s, msg[i].n, &thoughtless[i]);
+        msg[i].s = thoughtless[i].p, msg[i].n = thoughtless[i].n;
+    }
+    for (int i = 0; i < n && rc == 0; i++) rc = encode_message(t, e, &msg[i], i, &sb, &tmp, &enc[i]);
+    for (int i = discard ? n - 2 : 0; reasoning && rc == 0 && i < n; i += 2) {
+        if (contains(msg[i + 1].s, msg[i + 1].n, "<think>") || contains(msg[i + 1].s, msg[i + 1].n, "</think>")) continue;
+        if (!t->enable_thinking) {
+            rc = append(&enc[i], t->think_ids, t->n_think);  /* in the prompt: no loss */
+        } else {
+            tn_ids both = {0};
+            if (append(&both, t->think_ids, t->n_think) != 0 || append(&both, enc[i + 1].ids, enc[i + 1].n) != 0) rc = -1;
+            tn_ids_free(&enc[i + 1]);
+            enc[i + 1] = both;
+        }
+    }
+    /* the turns in the order LF walks them (mask_history: last turn first) */
+    int npairs = n / 2, total = 0;
+    int *slen = tn_xcalloc((size_t)npairs, sizeof *slen), *tlen = tn_xcalloc((size_t)npairs, sizeof *tlen);
+    int *order = tn_xcalloc((size_t)npairs, sizeof *order), used = 0;
+    for (int k = 0; k < npairs && rc == 0; k++) {
+        int p = o->mask_history ? npairs - 1 - k : k;
+        if (total >= o->cutoff) break;
+        lf_infer_seqlen((int)enc[2 * p].n, (int)enc[2 * p + 1].n, o->cutoff - total, &slen[k], &tlen[k]);
+        total += slen[k] + tlen[k];
+        order[used++] = p;
+    }
+    /* mask_history prepends each later-walked turn, so the output is in conversation order again */
+    for (int q = 0; q < used && rc == 0; q++) {
+        int k = o->mask_history ? used - 1 - q : q, p = order[k];
+        const tn_ids *src = &enc[2 * p], *tgt = &enc[2 * p + 1];
+        for (int j = 0; j < slen[k] && rc == 0; j++)
+            rc = tn_ids_push(ids, src->ids[j]) || tn_ids_push(labels, o->train_on_prompt ? src->ids[j] : LF_IGNORE);
+        int masked = o->mask_history && k != 0;
+        for (int j = 0; j < tlen[k] && rc == 0; j++)
+            rc = tn_ids_push(ids, tgt->ids[j]) || tn_ids_push(labels, masked ? LF_IGNORE : tgt->ids[j]);
+    }
+    for (int i = 0; i < n; i++) tn_ids_free(&enc[i]), free(thoughtless[i].p);
+    free(enc), free(thoughtless), free(msg), free(slen), free(tlen), free(order);
+    free(sb.p), free(tmp.p);
+    return rc ? -1 : 0;
+}
