@@ -10,5 +10,7 @@ int tn_cmd_compare(int argc, char **argv);
 int tn_cmd_launch(int argc, char **argv);
 int tn_cmd_export(int argc, char **argv);
 int tn_cmd_init_model(int argc, char **argv);
+int tn_cmd_chat(int argc, char **argv);
+int tn_cmd_generate(int argc, char **argv);
 
 #endif

@@ -14,6 +14,8 @@ static void usage(FILE *f) {
             "       tandem launch [-n N | --hostfile FILE] CONFIG.yaml [key=value ...]\n"
             "                                                    the same run on N local ranks or every host\n"
             "       tandem export [CONFIG.yaml] [key=value ...]  merge adapter_name_or_path into model_name_or_path -> export_dir\n"
+            "       tandem chat CONFIG.yaml [key=value ...]      talk to model_name_or_path (+ adapter_name_or_path)\n"
+            "       tandem generate CONFIG.yaml --prompt TEXT    one answer, through the template\n"
             "       tandem init-model CONFIG.json OUT_DIR [--tokenizer DIR]  a freshly initialised HF model folder\n"
             "       tandem compare A B [--max-rel-l2 X]          per-tensor difference of two checkpoints\n"
             "       tandem bench sgemm [--n N]                   measured fp32 sgemm peak\n"
@@ -28,10 +30,12 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "train") == 0) return tn_cmd_train(argc - 2, argv + 2);
     if (strcmp(argv[1], "bench") == 0) return tn_cmd_bench(argc - 2, argv + 2);
     if (strcmp(argv[1], "tokenize") == 0) return tn_cmd_tokenize(argc - 2, argv + 2);
+    if (strcmp(argv[1], "chat") == 0) return tn_cmd_chat(argc - 2, argv + 2);
+    if (strcmp(argv[1], "generate") == 0) return tn_cmd_generate(argc - 2, argv + 2);
     if (strcmp(argv[1], "init-model") == 0) return tn_cmd_init_model(argc - 2, argv + 2);
     if (strcmp(argv[1], "export") == 0) return tn_cmd_export(argc - 2, argv + 2);
     if (strcmp(argv[1], "launch") == 0) return tn_cmd_launch(argc - 2, argv + 2);
     if (strcmp(argv[1], "compare") == 0) return tn_cmd_compare(argc - 2, argv + 2);
-    fprintf(stderr, "tandem: error: unknown command '%s' (expected train, launch, export, init-model, tokenize, compare or bench; see tandem --help)\n", argv[1]);
+    fprintf(stderr, "tandem: error: unknown command '%s' (expected train, launch, chat, generate, export, init-model, tokenize, compare or bench; see tandem --help)\n", argv[1]);
     return 1;
 }

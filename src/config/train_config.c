@@ -75,6 +75,14 @@ static const key_def KEYS[] = {
     {"export_dir", PATH(export_dir), 0, PATH_EXPORT, "a path", NULL},
     {"export_size", INT(export_size, 1, 1 << 20), 0, 0, "an integer number of GB >= 1", NULL},
     {"export_device", NOTICE, 0, 0, "the merge runs on the CPU", NULL},
+    /* generation */
+    {"do_sample", BOOL(do_sample), 0, 0, "true or false", NULL},
+    {"temperature", NUM(temperature, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number", NULL},
+    {"top_p", NUM(top_p, 0, 1, 1, 0), 0, 0, "a number in (0, 1]", NULL},
+    {"top_k", INT(top_k, 0, INT_MAX), 0, 0, "an integer >= 0 (0: no top-k cut)", NULL},
+    {"max_new_tokens", INT(max_new_tokens, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
+    {"infer_backend", NOTICE, 0, 0, "tandem generates with its own forward pass", NULL},
+    {"repetition_penalty", CUSTOM(stage), 0, 0, "not supported yet (only 1.0)", set_unsupported},
     {"export_legacy_format", NOTICE, 0, 0, "exports are always safetensors", NULL},
     /* method */
     {"finetuning_type", CUSTOM(finetuning_type), 0, 0, "one of lora, full", set_finetuning_type},
@@ -197,6 +205,7 @@ void tn_train_config_defaults(tn_train_config *c) {
     c->per_device_eval_batch_size = 8;
     c->seed = 42;
     c->export_size = 5;
+    c->do_sample = 1, c->temperature = 0.95, c->top_p = 0.7, c->top_k = 50, c->max_new_tokens = 1024;
     c->ddp_bucket_cap_mb = 4; /* small enough that the first bucket leaves early and overlaps backward */
     snprintf(c->output_dir, sizeof c->output_dir, "saves/tandem");
     c->logging_steps = 10;
@@ -207,9 +216,12 @@ void tn_train_config_defaults(tn_train_config *c) {
 /* ------------------------------------------------------------------------------------------------ */
 /* Scalars                                                                                            */
 
-/* A value as shown in messages: quoted, cut at 80 characters. */
+/* A value as shown in messages: quoted, cut at 80 characters, control characters (a quoted YAML
+ * scalar or an override may hold a newline) shown as '?' so the message stays one line. */
 static const char *shown(const char *v, char *buf, size_t n) {
     snprintf(buf, n, "'%.80s%s'", v, strlen(v) > 80 ? "..." : "");
+    for (char *p = buf; *p; p++)
+        if ((unsigned char)*p < 0x20) *p = '?';
     return buf;
 }
 
@@ -397,11 +409,11 @@ static int set_eval_strategy(tn_train_config *c, const key_def *k, const char *v
 
 static int set_optim(tn_train_config *c, const key_def *k, const char *v, char *msg) {
     (void)c;
-    char s[64];
+    char s[64], b[96];
     if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
     if (strcmp(s, "adamw_torch") && strcmp(s, "adamw_torch_fused") && strcmp(s, "adamw_hf")) {
-        snprintf(msg, MSG_MAX, "key '%s': '%s' is not supported (tandem's optimizer is torch's AdamW: adamw_torch)",
-                 k->name, s);
+        snprintf(msg, MSG_MAX, "key '%s': %s is not supported (tandem's optimizer is torch's AdamW: adamw_torch)",
+                 k->name, shown(s, b, sizeof b));
         return -1;
     }
     return 0;
@@ -413,6 +425,7 @@ static int set_unsupported(tn_train_config *c, const key_def *k, const char *v, 
     char s[64];
     if (!trimmed(v, s, sizeof s) || !s[0] || !strcmp(s, "false") || !strcmp(s, "none") || !strcmp(s, "concat"))
         return 0;
+    if (!strcmp(k->name, "repetition_penalty") && (!strcmp(s, "1.0") || !strcmp(s, "1"))) return 0; /* neutral */
     snprintf(msg, MSG_MAX, "key '%s': %s", k->name, k->expect);
     return -1;
 }

@@ -77,6 +77,10 @@ typedef struct {
     int eval_steps;                       /* default 0 = logging_steps (HF) */
     int per_device_eval_batch_size;       /* default 8 (HF) */
     int do_eval;
+    /* generation (`tandem chat` / `tandem generate`; LLaMA-Factory's GeneratingArguments) */
+    int do_sample;                        /* default true (LF) */
+    double temperature, top_p;            /* 0.95, 0.7 (LF) */
+    int top_k, max_new_tokens;            /* 50, 1024 (LF) */
     /* keys of the Python world that change nothing here: one line each, printed at start-up */
     char notices[4096];
     /* bookkeeping */

@@ -84,4 +84,17 @@ void lf_samples_free(lf_samples *s);
  * samples it touches, and ranks on one node share them through the page cache. eval may be NULL. */
 int lf_cache_map(const char *path, lf_samples *train, lf_samples *eval);
 
+/* Chat prompts through the same templates (`tandem chat` / `tandem generate`). */
+typedef struct lf_chat lf_chat;
+/* NULL + tn_err for an unknown template. tokenizer_path: as in lf_data_args (tokenizer_config.json beside it). */
+lf_chat *lf_chat_open(const char *template_name, const tn_tokenizer *tok, const char *tokenizer_path,
+                      int enable_thinking);
+void lf_chat_close(lf_chat *c);
+/* The ids a model continues from: system (NULL or "" = the template's default), then turns[0..n) alternating
+ * user, assistant, ..., user (n odd), rendered exactly as training renders them, up to where the assistant's
+ * answer starts. Appends to out; 0 or -1 + tn_err. */
+int lf_chat_prompt(const lf_chat *c, const char *system, const char *const *turns, int n, tn_ids *out);
+/* The id that ends an assistant turn (the template's EOS), -1 if none. */
+int32_t lf_chat_eos(const lf_chat *c);
+
 #endif

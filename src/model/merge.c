@@ -28,3 +28,9 @@ void tn_model_merge_lora(tn_model *m) {
         }
     }
 }
+
+void tn_model_fold_lora(tn_model *m) {
+    tn_model_merge_lora(m);
+    for (int l = 0; l < m->L; l++)
+        for (int k = 0; k < TN_LT_COUNT; k++) m->w[l].lora[k].A = m->w[l].lora[k].B = NULL;
+}

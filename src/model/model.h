@@ -99,6 +99,8 @@ int tn_model_save_adapter(const tn_model *m, const char *adapter_dir);
 int tn_model_copy_tokenizer_files(const char *from, const char *to);
 /* W += (alpha / r) B A for every adapted projection (merge.c): the base alone then equals base + adapter. */
 void tn_model_merge_lora(tn_model *m);
+/* Merge, then run the forward pass on the merged weights alone (inference: the LoRA GEMMs are skipped). */
+void tn_model_fold_lora(tn_model *m);
 /* Host copies of one tensor (for tests/exports). */
 void tn_model_get(const tn_model *m, const tn_param *p, float *host);
 void tn_model_set(tn_model *m, const tn_param *p, const float *host);
