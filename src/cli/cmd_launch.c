@@ -8,6 +8,8 @@
  * is pinned to its own cores; on a hostfile run every rank divides its machine's cores by the ranks there
  * (cmd_train.c). The mpirun command line is printed first, so it can be rerun or adapted by hand. */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -187,9 +189,13 @@ static void build_command(const launch_opts *o, const char *hostfile, int ranks,
     } else {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         int per = cores > 0 ? (int)(cores / ranks) : 0;
-        if (!getenv("OMP_NUM_THREADS")) {
+        const char *omp = getenv("OMP_NUM_THREADS");
+        if (!omp) {
             snprintf(num, sizeof num, "%d", per > 0 ? per : 1);
             setenv("OMP_NUM_THREADS", num, 1);
+        } else if (atoi(omp) * ranks > cores && cores > 0) {
+            fprintf(stderr, "tandem launch: note: OMP_NUM_THREADS=%s x %d ranks is more threads than this machine's %ld "
+                            "cores; unset it to share the cores out\n", omp, ranks, cores);
         }
         if (per >= 1 && !o->no_bind) { /* each worker on its own cores: no migrations, no shared L2 thrash */
             snprintf(num, sizeof num, "slot:PE=%d", per);
@@ -224,22 +230,74 @@ static void build_command(const launch_opts *o, const char *hostfile, int ranks,
     for (int i = 0; i < n_extra; i++) push(v, n, &cap, extra[i]);
 }
 
-/* Runs argv (mpirun ...) to completion; its exit status (128 + signal when killed). */
+/* Runs argv (mpirun ...) to completion and returns its exit status (128 + signal when killed). Its stderr
+ * is relayed line by line; once a rank has reported a fatal error ("tandem: error: ..."), mpirun gets
+ * ABORT_GRACE_S to take the job down, then it is killed: across a cut link mpirun itself can wait for a
+ * machine it cannot reach, and the launch must not hang. */
+#define ABORT_GRACE_S 10
+static volatile sig_atomic_t child_pgid, interrupted;
+
+static void forward_signal(int sig) { /* Ctrl-C / kill reach the job, and end the launch (no restart) */
+    interrupted = 1;
+    if (child_pgid > 0) kill(-child_pgid, sig);
+}
+
 static int run_child(char **argv) {
+    int errp[2];
+    if (pipe(errp) != 0) {
+        fprintf(stderr, "tandem: error: pipe: %s\n", strerror(errno));
+        return 127;
+    }
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "tandem: error: fork: %s\n", strerror(errno));
         return 127;
     }
     if (pid == 0) {
+        setpgid(0, 0); /* its own group: killed as a whole below */
+        dup2(errp[1], 2);
+        close(errp[0]), close(errp[1]);
         execvp(argv[0], argv);
         fprintf(stderr, "tandem: error: cannot run %s: %s (scripts/install-deps.sh installs openmpi-bin)\n", argv[0],
                 strerror(errno));
         _exit(127);
     }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    close(errp[1]);
+    child_pgid = pid;
+    struct sigaction sa = {.sa_handler = forward_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    fcntl(errp[0], F_SETFL, O_NONBLOCK);
+    char buf[4096], line[8192];
+    size_t used = 0;
+    double fatal_at = 0;
+    int status = 0, open_pipe = 1;
+    for (;;) {
+        if (waitpid(pid, &status, WNOHANG) == pid) break;
+        struct pollfd p = {.fd = errp[0], .events = POLLIN};
+        if (open_pipe && poll(&p, 1, 200) > 0) {
+            ssize_t got = read(errp[0], buf, sizeof buf);
+            if (got == 0) open_pipe = 0;
+            for (ssize_t i = 0; i < got; i++) {
+                if (used < sizeof line - 1) line[used++] = buf[i];
+                if (buf[i] != '\n') continue;
+                line[used] = '\0';
+                fputs(line, stderr);
+                if (!fatal_at && strstr(line, "tandem: error:")) fatal_at = tn_now();
+                used = 0;
+            }
+        } else if (!open_pipe) {
+            nanosleep(&(struct timespec){0, 200000000L}, NULL);
+        }
+        if (fatal_at && tn_now() - fatal_at > ABORT_GRACE_S) {
+            fprintf(stderr, "tandem launch: mpirun has not ended %d s after the error above: stopping it\n", ABORT_GRACE_S);
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+        }
     }
+    if (used) fwrite(line, 1, used, stderr);
+    close(errp[0]);
+    child_pgid = 0;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -322,20 +380,14 @@ int tn_cmd_launch(int argc, char **argv) {
             free_argv(v, n);
             break;
         }
-        if (o.max_restarts == 0) { /* nothing to come back to: become mpirun (signals reach it directly) */
-            tn_hostfile_free(&hf);
-            execvp("mpirun", v);
-            fprintf(stderr, "tandem: error: cannot run mpirun: %s (scripts/install-deps.sh installs openmpi-bin)\n",
-                    strerror(errno));
-            return 1;
-        }
         int status = run_child(v);
         free_argv(v, n);
         if (status == 0) break;
-        if (attempt >= o.max_restarts) {
-            fprintf(stderr, "tandem: error: the run failed (exit %d) and its %d restart(s) are used up\n", status,
-                    o.max_restarts);
-            rc = 1;
+        if (attempt >= o.max_restarts || interrupted) {
+            if (o.max_restarts)
+                fprintf(stderr, "tandem: error: the run failed (exit %d) and its %d restart(s) are used up\n", status,
+                        o.max_restarts);
+            rc = status ? status : 1;
             break;
         }
         fprintf(stderr, "tandem launch: the run failed (exit %d); restart %d of %d from the newest complete checkpoint\n",

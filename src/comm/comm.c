@@ -187,7 +187,7 @@ tn_comm *tn_comm_init(int *argc, char ***argv) {
     }
     tn_comm *c = tn_xcalloc(1, sizeof *c);
     c->mpi_owned = !inited;
-    c->world = c->local = c->leaders = c->ring = MPI_COMM_NULL;
+    c->world = c->local = c->leaders = c->ring = c->wd_comm = MPI_COMM_NULL;
     c->tune.poll_max_us = 1000;
     if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->world)) != MPI_SUCCESS) {
         tn_comm_mpi_err(rc, "MPI_Comm_dup");
@@ -199,6 +199,7 @@ tn_comm *tn_comm_init(int *argc, char ***argv) {
     long backend;
     if (discover(c) != 0 || read_settings(c, &backend) != 0) goto fail;
     if (c->info.local_size > 1 && tn_shm_create(c) != 0) goto fail;
+    if (tn_watchdog_init(c) != 0) goto fail;
     c->be = backend == 1 ? tn_comm_nccl_open(c) : &tn_comm_backend_mpi;
     if (!c->be) goto fail;
     if (tn_comm_progress_start(c) != 0) goto fail;
@@ -207,6 +208,7 @@ fail:;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", tn_errmsg());
     if (c->be) c->be->finalize(c);
+    if (c->wd_comm != MPI_COMM_NULL) tn_watchdog_free(c);
     tn_shm_free(c);
     free_comms(c);
     if (c->mpi_owned) MPI_Finalize();
@@ -219,6 +221,7 @@ void tn_comm_finalize(tn_comm *c) {
     if (!c) return;
     if (c->be->wait_all(c) != 0) fprintf(stderr, "tandem: warning: %s\n", tn_errmsg());
     tn_comm_progress_stop(c);
+    tn_watchdog_free(c);
     c->be->finalize(c);
     tn_shm_free(c);
     free_comms(c);

@@ -90,4 +90,12 @@ typedef struct {
 } tn_comm_stats;
 void tn_comm_get_stats(const tn_comm *c, tn_comm_stats *s);
 
+/* Dead-peer detection (comm_watchdog.c). After `seconds` without progress in any wait (0 = off, the
+ * default), the waiting rank finds the ranks that do not answer, or whose trainer has not called
+ * tn_comm_heartbeat for that long, names them in one error line and aborts the job. tn_comm_busy(c, 1)
+ * marks a long local task (a checkpoint write) during which this rank counts as alive. */
+void tn_comm_set_peer_timeout(tn_comm *c, double seconds);
+void tn_comm_heartbeat(tn_comm *c);
+void tn_comm_busy(tn_comm *c, int busy);
+
 #endif

@@ -60,6 +60,16 @@ struct tn_comm {
     pthread_t thread;
     uint64_t n_ops;
     double busy_s, busy_since;
+
+    /* watchdog (comm_watchdog.c) */
+    MPI_Comm wd_comm;            /* pings and answers */
+    pthread_mutex_t wd_mu;
+    double wd_timeout;           /* seconds; 0 = off */
+    double wd_beat;              /* last tn_comm_heartbeat */
+    int wd_busy;
+    MPI_Request *wd_sends;       /* answers in flight */
+    void *wd_pongs;
+    int wd_n_sends;
 };
 
 /* An op: the progress thread calls step() until it returns 1 (done) or -1 (failed, err filled). */
@@ -109,6 +119,14 @@ int tn_ring_step(tn_ring *r, int *progressed);
 int tn_shm_create(tn_comm *c);
 void tn_shm_free(tn_comm *c);
 tn_comm_op *tn_shm_allreduce_op(tn_comm *c, float *buf, size_t n);
+
+/* comm_watchdog.c */
+int tn_watchdog_init(tn_comm *c);
+void tn_watchdog_free(tn_comm *c);
+void tn_watchdog_answer(tn_comm *c);
+/* Call while waiting: after peer_timeout without progress since *stalled_since, finds and names the ranks
+ * that do not answer (or are hung) and aborts the job; when all answer, resets *stalled_since. */
+void tn_watchdog_check(tn_comm *c, double *stalled_since, const char *what);
 
 /* comm_mpi.c */
 tn_comm_op *tn_comm_op_new(tn_comm *c);

@@ -36,11 +36,13 @@ void tn_comm_backoff(int *us, int max_us) {
 
 int tn_comm_mpi_wait(tn_comm *c, MPI_Request *rq, const char *what) {
     int us = TN_BACKOFF_START, flag = 0;
+    double since = tn_now();
     for (;;) {
         int rc = MPI_Test(rq, &flag, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return tn_comm_mpi_err(rc, what);
         if (flag) return 0;
         tn_comm_backoff(&us, c->tune.poll_max_us);
+        tn_watchdog_check(c, &since, what);
     }
 }
 
@@ -51,14 +53,33 @@ static void finish_locked(tn_comm *c, tn_comm_op *op, int failed) {
     pthread_cond_broadcast(&c->cv);
 }
 
+/* Idle: sleep until an op comes, waking every 50 ms to answer the watchdog's pings (comm_watchdog.c). */
+static void idle_wait_locked(tn_comm *c) {
+    while (!c->cur && !c->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        if (!c->cur && !c->stop) {
+            pthread_mutex_unlock(&c->mu);
+            tn_watchdog_answer(c);
+            pthread_mutex_lock(&c->mu);
+        }
+    }
+}
+
 static void *progress_main(void *arg) {
     tn_comm *c = arg;
     int us = TN_BACKOFF_START, broken = 0;
+    tn_comm_op *last_op = NULL;
+    double since = tn_now(); /* last progress of the current op */
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!c->cur && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
+        idle_wait_locked(c);
         if (!c->cur) break;
         tn_comm_op *op = c->cur;
+        if (op != last_op) last_op = op, since = tn_now();
         if (broken) { /* ranks are out of step after a failure: fail the rest rather than hang */
             snprintf(op->err, sizeof op->err, "comm: an earlier operation failed");
             finish_locked(c, op, 1);
@@ -75,8 +96,14 @@ static void *progress_main(void *arg) {
             continue;
         }
         pthread_mutex_unlock(&c->mu);
-        if (progressed) us = TN_BACKOFF_START;
-        else tn_comm_backoff(&us, c->tune.poll_max_us);
+        tn_watchdog_answer(c);
+        if (progressed) {
+            us = TN_BACKOFF_START;
+            since = tn_now();
+        } else {
+            tn_comm_backoff(&us, c->tune.poll_max_us);
+            tn_watchdog_check(c, &since, "the gradient all-reduce");
+        }
         pthread_mutex_lock(&c->mu);
     }
     pthread_mutex_unlock(&c->mu);

@@ -135,6 +135,8 @@ static const key_def KEYS[] = {
     {"optim", CUSTOM(stage), 0, 0, "adamw_torch (or adamw_torch_fused, adamw_hf: the same AdamW here)", set_optim},
     {"seed", INT(seed, INT_MIN, INT_MAX), 0, 0, "an integer", NULL},
     /* distributed */
+    {"max_bad_steps", INT(max_bad_steps, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
+    {"peer_timeout", NUM(peer_timeout, 0, HUGE_VAL, 0, 0), 0, 0, "a number of seconds >= 0 (0: never)", NULL},
     {"ddp_bucket_cap_mb", NUM(ddp_bucket_cap_mb, 0.004, 4096, 0, 0), 0, 0, "a number of MB in [0.004, 4096]", NULL},
     /* output */
     {"output_dir", PATH(output_dir), 0, PATH_OUTPUT, "a path", NULL},
@@ -207,6 +209,8 @@ void tn_train_config_defaults(tn_train_config *c) {
     c->export_size = 5;
     c->do_sample = 1, c->temperature = 0.95, c->top_p = 0.7, c->top_k = 50, c->max_new_tokens = 1024;
     c->ddp_bucket_cap_mb = 4; /* small enough that the first bucket leaves early and overlaps backward */
+    c->peer_timeout = 60;
+    c->max_bad_steps = 10;
     snprintf(c->output_dir, sizeof c->output_dir, "saves/tandem");
     c->logging_steps = 10;
     c->save_steps = 0;

@@ -62,7 +62,11 @@ typedef struct {
     int disable_gradient_checkpointing;
     int seed;                             /* default 42 */
     /* distributed */
-    double ddp_bucket_cap_mb;             /* default 4 (HF key; DDP uses 25): gradient all-reduce bucket size */
+    double ddp_bucket_cap_mb;
+    int max_bad_steps;                    /* tandem: consecutive non-finite steps (skipped) before the run stops;
+                                           * default 10 */
+    double peer_timeout;                  /* tandem: seconds before a silent or hung rank is named and the
+                                           * job stopped; default 60, 0 = never */             /* default 4 (HF key; DDP uses 25): gradient all-reduce bucket size */
     /* output */
     char output_dir[TN_PATH_MAX];         /* default "saves/tandem" */
     int logging_steps;                    /* default 10 (LLaMA-Factory examples) */

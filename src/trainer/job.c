@@ -237,9 +237,11 @@ static int save_checkpoint(const job_ctx *j) {
     if (j->lead) {
         tn_ckpt_state st = {.step = j->t->step, .samples_seen = j->t->samples_seen, .adam_step = j->t->opt->step,
                             .config_fingerprint = j->config_fingerprint};
+        tn_comm_busy(j->comm, 1); /* the others wait for this write: alive, not hung */
         rc = tn_checkpoint_save(j->cfg->output_dir, j->t->model, j->t->opt, &st, !j->cfg->save_only_model,
                                 write_state_into, (void *)j);
         if (rc == 0) rc = tn_checkpoint_prune(j->cfg->output_dir, j->cfg->save_total_limit);
+        tn_comm_busy(j->comm, 0);
     }
     return agree(j->comm, rc);
 }
@@ -251,6 +253,40 @@ static int evaluate(job_ctx *j, double *loss, double *runtime) {
     return isnan(*loss) ? -1 : 0;
 }
 
+/* Every logging step: each rank's compute time over the window (the step minus the wait for gradients).
+ * A rank that is the slowest, by >= 15% over the median, for 3 windows in a row is named in the log: the
+ * others wait for it at every exchange. Collective. */
+static int name_slow_rank(const job_ctx *j, double compute, int *slow_rank, int *streak) {
+    int n = j->t->world;
+    double *all = tn_xmalloc((size_t)n * sizeof *all), *sorted = tn_xmalloc((size_t)n * sizeof *sorted);
+    if (tn_comm_allgather(j->comm, &compute, sizeof compute, all) != 0) {
+        free(all), free(sorted);
+        return tn_err("compute-time exchange failed: %s", tn_errmsg());
+    }
+    int slowest = 0;
+    for (int r = 0; r < n; r++) {
+        sorted[r] = all[r];
+        slowest = all[r] > all[slowest] ? r : slowest;
+        for (int q = r; q > 0 && sorted[q] < sorted[q - 1]; q--) {
+            double x = sorted[q];
+            sorted[q] = sorted[q - 1], sorted[q - 1] = x;
+        }
+    }
+    double median = sorted[(n - 1) / 2], ratio = median > 0 ? all[slowest] / median : 1;
+    if (ratio >= 1.15) {
+        *streak = slowest == *slow_rank ? *streak + 1 : 1;
+        *slow_rank = slowest;
+    } else {
+        *streak = 0, *slow_rank = -1;
+    }
+    if (j->lead && *streak == 3)
+        printf("tandem: note: rank %d on host %s is the slowest for 3 logging windows in a row (%.2fx the median "
+               "compute time); the other ranks wait for it at every gradient exchange\n",
+               slowest, tn_comm_host_of(j->comm, slowest), ratio);
+    free(all), free(sorted);
+    return 0;
+}
+
 static int train_loop(job_ctx *j) {
     const tn_train_config *cfg = j->cfg;
     tn_trainer *t = j->t;
@@ -258,14 +294,24 @@ static int train_loop(job_ctx *j) {
      * whether a terminal is really at the end */
     const char *tty_env = getenv("TANDEM_TTY");
     const int tty = getenv("OMPI_COMM_WORLD_SIZE") ? (tty_env && strcmp(tty_env, "1") == 0) : isatty(fileno(stdout));
-    double window_loss = 0, last = tn_now();
+    double window_loss = 0, last = tn_now(), window_compute = 0;
+    int slow_rank = -1, slow_streak = 0;
     int64_t window_tokens = 0, window_seen = 0;
+    int bad = 0;
     while (t->step < t->total_steps) {
         tn_step_stats st;
-        if (tn_trainer_step(t, &st) != 0) {
+        double step_t0 = tn_now();
+        int step_rc = tn_trainer_step(t, &st);
+        window_compute += tn_now() - step_t0 - (step_rc == 0 ? st.comm_wait : 0);
+        if (step_rc != 0) { /* every rank sees the same summed gradient: all skip together */
             if (j->lead) fprintf(stderr, "tandem: warning: %s\n", tn_errmsg());
+            if (++bad >= cfg->max_bad_steps)
+                return tn_err("%d consecutive steps had a non-finite loss or gradient (max_bad_steps %d): stopping at "
+                              "step %d; lower learning_rate or check the data", bad, cfg->max_bad_steps, t->step),
+                       j->lead ? -1 : -2;
             continue;
         }
+        bad = 0;
         window_loss += st.loss * (double)st.tokens;
         window_tokens += st.tokens;
         window_seen += st.seen;
@@ -285,7 +331,8 @@ static int train_loop(job_ctx *j) {
                 if (tn_run_log_step(j->log, &ls) != 0) return agree(j->comm, -1);
                 tn_progress_print(&ls, tty);
             }
-            window_loss = 0, window_tokens = 0, window_seen = 0, last = now;
+            if (t->world > 1 && name_slow_rank(j, window_compute, &slow_rank, &slow_streak) != 0) return agree(j->comm, -1);
+            window_loss = 0, window_tokens = 0, window_seen = 0, last = now, window_compute = 0;
         }
         if (j->eval && cfg->eval_strategy == TN_EVAL_STEPS && t->step % cfg->eval_steps == 0 && t->step < t->total_steps) {
             double loss, rt;
@@ -410,8 +457,12 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
         if (lead) print_banner(cfg, m, t);
         j.t0 = tn_now();
         j.start_step = t->step;
+        tn_comm_heartbeat(comm);
+        tn_comm_set_peer_timeout(comm, cfg->peer_timeout); /* from here on every rank keeps step */
         rc = train_loop(&j);
+        tn_comm_set_peer_timeout(comm, 0);
     }
+    if (lead) tn_comm_busy(comm, 1);
     if (rc == 0) rc = finish_outputs(&j);
     if (j.log) tn_run_log_close(j.log);
     if (rc == 0) {
@@ -427,6 +478,7 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
         }
         rc = agree(comm, rc);
     }
+    if (lead) tn_comm_busy(comm, 0);
     tn_trainer_free(t);
     tn_model_free(m);
     job_data_free(&data);

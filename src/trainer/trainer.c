@@ -2,6 +2,7 @@
 #include "trainer/trainer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,8 @@ tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const
     t->warmup_steps = tn_warmup_steps(cfg, t->total_steps);
     size_t n = (size_t)t->accum * t->micro_batch * data->S;
     t->ids = tn_xmalloc(n * sizeof *t->ids);
+    const char *fault = getenv("TANDEM_FAULT_NAN_STEPS");
+    if (fault && sscanf(fault, "%d-%d", &t->fault_nan_from, &t->fault_nan_to) == 1) t->fault_nan_to = t->fault_nan_from;
     t->labels = tn_xmalloc(n * sizeof *t->labels);
     return t;
 }
@@ -70,6 +73,8 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     float scale = targets > 0 ? 1.0f / (float)targets : 0.0f;
 
     m->be->zero(m->grad, m->n_trainable);
+    if (t->rank == 0 && t->step + 1 >= t->fault_nan_from && t->step + 1 <= t->fault_nan_to && m->n_trainable)
+        m->be->upload(m->grad + m->n_trainable - 1, &(float){NAN}, 1); /* backward accumulates onto it */
     double loss = 0.0;
     int64_t counted = 0;
     /* one dropout seed per step; masks are keyed by the row's place in the global batch (split-invariant) */
@@ -79,6 +84,7 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
         if (a == t->accum - 1) tn_grad_sync_arm(t->sync);
         loss += tn_model_forward_backward(m, t->acts, t->ids + a * per_micro, t->labels + a * per_micro, B, S, scale,
                                           &counted, seed);
+        if (t->comm) tn_comm_heartbeat(t->comm); /* this rank is making progress (dead-peer watchdog) */
     }
     if (tn_grad_sync_finish(t->sync) != 0) return tn_err("step %d: %s", t->step + 1, tn_errmsg());
     counts[1] = loss;
