@@ -70,14 +70,14 @@ def main():
     for cfg in configs:
         r = tandem_json(run([BIN, *bench_args(cfg, a.steps)]))
         res[("tandem", "base", cfg)] = r["ms_step"]
-        rows.append(dict(impl="tandem", phase="base", **r))
+        rows.append(dict(r, impl="tandem", phase="base"))
         print(f"tandem {cfg} 1 rank: {r['ms_step']:.1f} ms/step", file=sys.stderr, flush=True)
     if "local" in phases:
         for cfg in configs:
             r = tandem_json(run(["mpirun", "-n", "2", "--bind-to", "core", "--map-by", "core", "-x", "OMP_NUM_THREADS",
                                  "--mca", "btl", "self,vader", BIN, *bench_args(cfg, a.steps), "--dist"]))
             res[("tandem", "local", cfg)] = r["ms_step"]
-            rows.append(dict(impl="tandem", phase="local", **r))
+            rows.append(dict(r, impl="tandem", phase="local"))
     rate = None
     if "netns" in phases:
         run([KIT, "up", *SHAPE])
@@ -88,7 +88,7 @@ def main():
                 r = tandem_json(run([KIT, "mpirun", "-n", "2", "--map-by", "node", "-x", "OMP_NUM_THREADS", BIN,
                                      *bench_args(cfg, a.steps), "--dist"]))
                 res[("tandem", "netns", cfg)] = r["ms_step"]
-                rows.append(dict(impl="tandem", phase="netns", link_MBps=rate, **r))
+                rows.append(dict(r, impl="tandem", phase="netns", link_MBps=rate))
         finally:
             run([KIT, "down"])
     grad_mb = {r["config"]: r["grad_mb"] * 1.048576 for r in rows if r["impl"] == "tandem"}
@@ -104,7 +104,7 @@ def main():
             if r.get("kind") == "train" and r["rank"] == 0:
                 ph = {"loopback": "local"}.get(r["phase"], r["phase"])
                 res[("torch", ph, r["config"])] = r["ms_step"]
-                rows.append(dict(impl="torch", **r))
+                rows.append(dict(r, impl="torch"))
     print("\nCommand: `bench/bench_dp.sh " + " ".join(sys.argv[1:]) + "`")
     if rate:
         print(f"One TCP stream over the 100 Mbit/s link (iperf3, 10 s): {rate:.2f} MB/s")

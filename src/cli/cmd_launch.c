@@ -10,7 +10,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,10 +171,36 @@ static void free_argv(char **v, int n) {
     free(v);
 }
 
+/* The local network (a.b.c.d/len) through which this machine reaches `host`, or 0 when no local interface's
+ * subnet holds its address (then Open MPI keeps its own choice). Keeps a multi-machine job's TCP to the
+ * one network it needs instead of every interface. */
+static int network_towards(const char *host, char *cidr, size_t n) {
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(host, NULL, &hints, &ai) != 0) return 0;
+    uint32_t want = ntohl(((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr);
+    freeaddrinfo(ai);
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0) return 0;
+    int found = 0;
+    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
+        if (!i->ifa_addr || !i->ifa_netmask || i->ifa_addr->sa_family != AF_INET) continue;
+        uint32_t a = ntohl(((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr);
+        uint32_t m = ntohl(((struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr);
+        if ((a & m) != (want & m) || (a >> 24) == 127) continue;
+        int len = 0;
+        for (uint32_t b = m; b & 0x80000000u; b <<= 1) len++;
+        uint32_t net = a & m;
+        snprintf(cidr, n, "%u.%u.%u.%u/%d", net >> 24, (net >> 16) & 255, (net >> 8) & 255, net & 255, len);
+        found = 1;
+    }
+    freeifaddrs(ifs);
+    return found;
+}
+
 /* mpirun's command line for `ranks` ranks (on hostfile when given), then `tandem train CONFIG overrides...`
  * and the extra overrides. */
-static void build_command(const launch_opts *o, const char *hostfile, int ranks, const char *exe, char **extra,
-                          int n_extra, char ***v, int *n) {
+static void build_command(const launch_opts *o, const char *hostfile, const char *net, int ranks, const char *exe,
+                          char **extra, int n_extra, char ***v, int *n) {
     char num[64];
     int cap = 0;
     *v = NULL, *n = 0;
@@ -186,7 +215,27 @@ static void build_command(const launch_opts *o, const char *hostfile, int ranks,
         push(v, n, &cap, hostfile);
         push(v, n, &cap, "--bind-to");
         push(v, n, &cap, "none");
+        const char *keys[2] = {"btl_tcp_if_include", "oob_tcp_if_include"};
+        for (int k = 0; k < 2 && net && *net; k++) {
+            char env[64];
+            snprintf(env, sizeof env, "OMPI_MCA_%s", keys[k]);
+            if (getenv(env)) continue; /* the user's choice wins */
+            push(v, n, &cap, "--mca");
+            push(v, n, &cap, keys[k]);
+            push(v, n, &cap, net);
+        }
     } else {
+        /* one machine: ranks talk through shared memory, and nothing listens beyond the loopback device */
+        if (!getenv("OMPI_MCA_btl")) {
+            push(v, n, &cap, "--mca");
+            push(v, n, &cap, "btl");
+            push(v, n, &cap, "self,vader");
+        }
+        if (!getenv("OMPI_MCA_oob_tcp_if_include")) {
+            push(v, n, &cap, "--mca");
+            push(v, n, &cap, "oob_tcp_if_include");
+            push(v, n, &cap, "lo");
+        }
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         int per = cores > 0 ? (int)(cores / ranks) : 0;
         const char *omp = getenv("OMP_NUM_THREADS");
@@ -351,6 +400,19 @@ int tn_cmd_launch(int argc, char **argv) {
     }
     exe[len] = '\0';
     setenv("TANDEM_TTY", isatty(fileno(stdout)) ? "1" : "0", 1); /* progress bar or plain lines (job.c) */
+    if (!getenv("TANDEM_JOB_SECRET")) { /* who may join: every rank must present this job's secret */
+        unsigned char rnd[16];
+        char hex[33];
+        FILE *f = fopen("/dev/urandom", "rb");
+        if (!f || fread(rnd, 1, sizeof rnd, f) != sizeof rnd) {
+            fprintf(stderr, "tandem: error: /dev/urandom: cannot draw the job secret\n");
+            if (f) fclose(f);
+            return 1;
+        }
+        fclose(f);
+        for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+        setenv("TANDEM_JOB_SECRET", hex, 1); /* forwarded with the other TANDEM_* variables */
+    }
     const int ranks0 = o.n ? o.n : hf.total_slots;
     const int64_t global = (int64_t)ranks0 * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps;
     int ranks = ranks0;
@@ -371,7 +433,10 @@ int tn_cmd_launch(int argc, char **argv) {
         }
         char **v;
         int n;
-        build_command(&o, live_hostfile[0] ? live_hostfile : o.hostfile, ranks, exe, xp, n_extra, &v, &n);
+        char net[64] = "";
+        for (int i = 0; o.hostfile && i < hf.n && !net[0]; i++)
+            if (!is_local_host(hf.hosts[i].name)) network_towards(hf.hosts[i].name, net, sizeof net);
+        build_command(&o, live_hostfile[0] ? live_hostfile : o.hostfile, net, ranks, exe, xp, n_extra, &v, &n);
         printf("tandem launch:");
         for (int i = 0; i < n; i++) printf(" %s", v[i]);
         printf("\n");

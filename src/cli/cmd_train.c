@@ -64,7 +64,9 @@ int tn_cmd_train(int argc, char **argv) {
     uint64_t cfg_fp = rc == 0 ? config_fingerprint(argv[0], argc, argv) : 0;
     if (rc == 0 && in->size > 1) {
         uint64_t build = tn_build_fingerprint();
-        rc = build ? tn_replica_check_fingerprints(comm, build, cfg_fp) : -1;
+        const char *secret = getenv("TANDEM_JOB_SECRET");
+        uint64_t secret_fp = tn_hash64(secret ? secret : "", secret ? strlen(secret) : 0, 0x5EC12E7);
+        rc = build ? tn_replica_check_fingerprints(comm, build, cfg_fp, secret_fp) : -1;
         if (rc != 0 && in->rank != 0) rc = -2; /* every rank sees the mismatch; rank 0 reports it */
         collective = rc != 0;
     }

@@ -27,9 +27,9 @@ uint64_t tn_build_fingerprint(void) {
     return h ? h : 1;
 }
 
-int tn_replica_check_fingerprints(tn_comm *c, uint64_t build, uint64_t config) {
+int tn_replica_check_fingerprints(tn_comm *c, uint64_t build, uint64_t config, uint64_t secret) {
     const tn_comm_info *in = tn_comm_get_info(c);
-    uint64_t mine[2] = {build, config};
+    uint64_t mine[3] = {build, config, secret};
     uint64_t *all = tn_xmalloc((size_t)in->size * sizeof mine);
     if (tn_comm_allgather(c, mine, sizeof mine, all) != 0) {
         free(all);
@@ -37,14 +37,17 @@ int tn_replica_check_fingerprints(tn_comm *c, uint64_t build, uint64_t config) {
     }
     int rc = 0;
     for (int r = 1; r < in->size && rc == 0; r++) {
-        if (all[2 * r] != all[0])
+        if (all[3 * r + 2] != all[2])
+            rc = tn_err("rank %d on host %s presents another job secret than rank 0 on host %s: refused (it belongs "
+                        "to another job, or TANDEM_JOB_SECRET differs)", r, tn_comm_host_of(c, r), tn_comm_host_of(c, 0));
+        else if (all[3 * r] != all[0])
             rc = tn_err("rank %d on host %s runs a different tandem build than rank 0 on host %s "
                         "(fingerprint %016" PRIx64 " vs %016" PRIx64 "): install the same binary on every machine",
-                        r, tn_comm_host_of(c, r), tn_comm_host_of(c, 0), all[2 * r], all[0]);
-        else if (all[2 * r + 1] != all[1])
+                        r, tn_comm_host_of(c, r), tn_comm_host_of(c, 0), all[3 * r], all[0]);
+        else if (all[3 * r + 1] != all[1])
             rc = tn_err("rank %d on host %s was started with a different config than rank 0 on host %s "
                         "(YAML + overrides fingerprint %016" PRIx64 " vs %016" PRIx64 "): give every machine the same file",
-                        r, tn_comm_host_of(c, r), tn_comm_host_of(c, 0), all[2 * r + 1], all[1]);
+                        r, tn_comm_host_of(c, r), tn_comm_host_of(c, 0), all[3 * r + 1], all[1]);
     }
     free(all);
     return rc;

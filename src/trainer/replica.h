@@ -1,7 +1,7 @@
 /* replica -- what makes the data-parallel ranks replicas of one run.
  *
- * Owns the start-up agreement: every rank runs the same build (hash of the executable) with the same
- * config (hash of the YAML bytes and command-line overrides), checked before any training, with one error
+ * Owns the start-up agreement: every rank belongs to the same job (its secret), runs the same build (hash
+ * of the executable) with the same config (hash of the YAML bytes and command-line overrides), checked before any training, with one error
  * line naming the first rank and host that differs; every rank starts from rank 0's trainable parameters
  * (broadcast) and holds the same frozen weights (hash compared, so a machine with another model file is
  * named rather than silently training a different model); and every rank learns whether any rank failed
@@ -17,8 +17,9 @@
 
 /* Hash of /proc/self/exe: two ranks with equal values run the same binary. 0 + tn_err if unreadable. */
 uint64_t tn_build_fingerprint(void);
-/* Compare (build, config) with every rank; -1 + tn_err naming the first mismatching rank and host. */
-int tn_replica_check_fingerprints(tn_comm *c, uint64_t build, uint64_t config);
+/* Compare (build, config, job secret) with every rank; -1 + tn_err naming the first mismatching rank and
+ * host. The secret is a hash of $TANDEM_JOB_SECRET, which `tandem launch` draws at random per job. */
+int tn_replica_check_fingerprints(tn_comm *c, uint64_t build, uint64_t config, uint64_t secret);
 /* Broadcast rank 0's trainable parameters; compare the frozen ones' hash. -1 + tn_err on a mismatch. */
 int tn_replica_sync_params(tn_comm *c, tn_model *m);
 /* Broadcast rank 0's optimizer moments and position (after a resume on rank 0; cheap when nothing was

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Launch failures are one clear error line, fast, never a hang: ranks started with different builds or
-# configs (checked by fingerprint before any training, naming the host), a hostfile host that does not
+# Launch failures are one clear error line, fast, never a hang: ranks started with different builds,
+# configs or job secrets (checked before any training, naming the host), a hostfile host that does not
 # resolve, one that does not answer (TEST-NET address 192.0.2.1: nothing is there), a host listed twice,
 # and a malformed slots value.
 set -u
@@ -36,6 +36,12 @@ timeout 120 mpirun -n 1 "$BIN" train "$T/a.yaml" max_steps=5 output_dir="$T/o" :
 rc=$?
 check '[ $rc -ne 0 ]'
 check 'one_error "$T/build.log" "rank 1 on host $host runs a different tandem build"'
+# a process of another job (another secret) is refused
+timeout 120 mpirun -n 1 -x TANDEM_JOB_SECRET=one "$BIN" train "$T/a.yaml" max_steps=5 output_dir="$T/o" : -n 1 \
+  -x TANDEM_JOB_SECRET=two "$BIN" train "$T/a.yaml" max_steps=5 output_dir="$T/o" >"$T/secret.log" 2>&1
+rc=$?
+check '[ $rc -ne 0 ]'
+check 'one_error "$T/secret.log" "rank 1 on host $host presents another job secret"'
 # the same binary and config on both ranks passes the check and trains
 timeout 120 mpirun -n 2 "$BIN" train "$T/a.yaml" max_steps=3 output_dir="$T/ok" >"$T/ok.log" 2>&1
 rc=$?
