@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 
-.PHONY: deps build build-asan run test test-fast bench clean
+.PHONY: deps build build-asan run test test-fast bench clean fuzz
 
 deps:
 	@./scripts/install-deps.sh
@@ -34,6 +34,11 @@ test-fast: build
 
 bench: build
 	./bench/bench_train.sh
+
+# Long fuzzing run of every parser: FUZZ_SECONDS per target (default 600), libFuzzer + ASan/UBSan, built
+# with clang into build-fuzz/ (scripts/fuzz.sh; results in docs/reliability.md).
+fuzz: deps
+	./scripts/fuzz.sh --seconds-per-target $(or $(FUZZ_SECONDS),600)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -26,10 +26,17 @@ static int type_index(const char *t) {
     return -1;
 }
 
+/* Control characters of a quoted string become '?': an error stays one line whatever the file holds. */
+static char *mask_controls(char *s) {
+    for (char *p = s; *p; p++)
+        if ((unsigned char)*p < 0x20) *p = '?';
+    return s;
+}
+
 /* What a rejected value was, for the message. */
 static const char *describe(const cJSON *j, char buf[static 64]) {
     if (cJSON_IsNumber(j)) snprintf(buf, 64, "%.17g", j->valuedouble);
-    else if (cJSON_IsString(j)) snprintf(buf, 64, "\"%.40s\"", j->valuestring);
+    else if (cJSON_IsString(j)) snprintf(buf, 64, "\"%.40s\"", j->valuestring), mask_controls(buf);
     else if (cJSON_IsBool(j)) snprintf(buf, 64, "%s", cJSON_IsTrue(j) ? "true" : "false");
     else snprintf(buf, 64, "%s", cJSON_IsArray(j) ? "an array" : cJSON_IsObject(j) ? "an object" : "null");
     return buf;
@@ -101,7 +108,7 @@ static int get_string(const cJSON *root, const char *key, const char *def, const
     char b[64];
     if (j && !cJSON_IsString(j)) return tn_err("%s: key '%s' must be a string, got %s", path, key, describe(j, b));
     const char *s = j ? j->valuestring : def;
-    if (strlen(s) >= cap) return tn_err("%s: key '%s': \"%.40s\" is too long (at most %zu characters)", path, key, s, cap - 1);
+    if (strlen(s) >= cap) return tn_err("%s: key '%s': %s is too long (at most %zu characters)", path, key, describe(j, b), cap - 1);
     memcpy(dst, s, strlen(s) + 1);
     return 0;
 }
@@ -147,7 +154,8 @@ static int parse_scalars(const cJSON *root, const char *path, tn_model_config *c
 static int reject_unsupported(const cJSON *root, const char *path, const tn_model_config *c) {
     char act[32], b[64];
     if (get_string(root, "hidden_act", "silu", path, act, sizeof act) != 0) return -1;
-    if (strcmp(act, "silu") != 0) return tn_err("%s: key 'hidden_act': \"%s\" is not supported (only \"silu\")", path, act);
+    if (strcmp(act, "silu") != 0)
+        return tn_err("%s: key 'hidden_act': \"%s\" is not supported (only \"silu\")", path, mask_controls(act));
     const cJSON *j = get(root, "rope_scaling");
     if (j) return tn_err("%s: key 'rope_scaling' is not supported (must be null or absent), got %s", path, describe(j, b));
     int flag = 0;

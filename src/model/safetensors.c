@@ -580,8 +580,11 @@ static int open_single(st_set *s, const char *path) {
     return 0;
 }
 
-/* A shard name from the index must stay inside the folder. */
+/* A shard name from the index must stay inside the folder, and control characters (which no shard
+ * name has) would break the one-line error that names it. */
 static int plain_file_name(const char *s) {
+    for (const char *p = s; *p; p++)
+        if ((unsigned char)*p < 0x20) return 0;
     return s[0] && strchr(s, '/') == NULL && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 

@@ -52,9 +52,11 @@ static int arena_add(tn_tokenizer *t, const char *s, size_t n, uint32_t *off) {
     return 0;
 }
 
-/* A token for an error message: at most 40 bytes. */
+/* A token for an error message: at most 40 bytes, control characters as '?' (the message stays one line). */
 static const char *show_n(const char *s, size_t n, char buf[static 48]) {
     snprintf(buf, 48, "%.*s%s", (int)(n > 40 ? 40 : n), s, n > 40 ? "..." : "");
+    for (char *p = buf; *p; p++)
+        if ((unsigned char)*p < 0x20) *p = '?';
     return buf;
 }
 static const char *show(const char *s, char buf[static 48]) { return show_n(s, strlen(s), buf); }
@@ -166,7 +168,10 @@ static int load_added(tn_tokenizer *t, const cJSON *added) {
             get_flag(t, e, "lstrip", 0, where, &lstrip) || get_flag(t, e, "rstrip", 0, where, &rstrip) ||
             get_flag(t, e, "single_word", 0, where, &single_word))
             return -1;
-        size_t len = strlen(c->valuestring);
+        size_t len = strlen(c->valuestring), bad;
+        /* matching an invalid sequence could cut the text inside a character; the regexes need valid UTF-8 */
+        if (tk_utf8_check((const uint8_t *)c->valuestring, len, &bad) != 0)
+            return tn_err("%s: %s.content is not valid UTF-8 (byte %zu)", t->path, where, bad);
         if (t->flags[id] & TK_ADDED)
             return tn_err("%s: %s: id %d is given to both '%s' and '%s'", t->path, where, id,
                           show(t->arena + t->str_off[id], b1), show(c->valuestring, b2));

@@ -30,6 +30,14 @@ static const char *type_of(const tn_tokenizer *t, const cJSON *o, const char *wh
     return ty->valuestring;
 }
 
+/* A type name for an error message: at most 40 bytes, control characters as '?'. */
+static const char *shown(const char *s, char buf[static 48]) {
+    snprintf(buf, 48, "%.40s", s);
+    for (char *p = buf; *p; p++)
+        if ((unsigned char)*p < 0x20) *p = '?';
+    return buf;
+}
+
 static int flag(const tn_tokenizer *t, const cJSON *o, const char *key, int def, const char *where, int *out) {
     const cJSON *j = get(o, key);
     if (!j) {
@@ -44,7 +52,10 @@ static int flag(const tn_tokenizer *t, const cJSON *o, const char *key, int def,
 static int compile(tn_tokenizer *t, tk_regex *r, const char *pat, size_t len, uint32_t extra, const char *where) {
     int code;
     PCRE2_SIZE off;
-    uint32_t opts = PCRE2_UTF | (extra & PCRE2_LITERAL ? 0 : PCRE2_UCP) | extra;  /* LITERAL refuses UCP */
+    /* LITERAL refuses UCP (and NEVER_BACKSLASH_C). \C (one code unit) is locked out: a match that splits a
+     * UTF-8 character would hand the next regex invalid UTF-8, which PCRE2 then reads past the piece's end
+     * (matching runs with PCRE2_NO_UTF_CHECK / JIT, relying on valid text). */
+    uint32_t opts = PCRE2_UTF | (extra & PCRE2_LITERAL ? 0 : PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C) | extra;
     r->re = pcre2_compile((PCRE2_SPTR)pat, len, opts, &code, &off, NULL);
     if (!r->re) {
         PCRE2_UCHAR msg[128];
@@ -59,6 +70,7 @@ static int compile(tn_tokenizer *t, tk_regex *r, const char *pat, size_t len, ui
 }
 
 static int normalizer(tn_tokenizer *t, const cJSON *n, const char *where) {
+    char sb[48];
     if (!n) return 0;
     const char *ty = type_of(t, n, where);
     if (!ty) return -1;
@@ -76,12 +88,12 @@ static int normalizer(tn_tokenizer *t, const cJSON *n, const char *where) {
             const char *ety = type_of(t, e, w);
             if (!ety) return -1;
             if (strcmp(ety, "NFC") != 0)
-                return tn_err("%s: %s.type '%.40s' not supported (expected NFC)", t->path, w, ety);
+                return tn_err("%s: %s.type '%s' not supported (expected NFC)", t->path, w, shown(ety, sb));
             t->nfc = 1;
         }
         return 0;
     }
-    return tn_err("%s: %s.type '%.40s' not supported (expected NFC, a Sequence of NFC, or null)", t->path, where, ty);
+    return tn_err("%s: %s.type '%s' not supported (expected NFC, a Sequence of NFC, or null)", t->path, where, shown(ty, sb));
 }
 
 static int split(tn_tokenizer *t, const cJSON *s, const char *where) {
@@ -116,12 +128,13 @@ static int bytelevel(tn_tokenizer *t, const cJSON *b, const char *where) {
 }
 
 static int pre_tokenizer(tn_tokenizer *t, const cJSON *p) {
+    char sb[48];
     if (!p) return tn_err("%s: pre_tokenizer is null (expected ByteLevel: only byte-level BPE is supported)", t->path);
     const char *ty = type_of(t, p, "pre_tokenizer");
     if (!ty) return -1;
     if (strcmp(ty, "ByteLevel") == 0) return bytelevel(t, p, "pre_tokenizer");
     if (strcmp(ty, "Sequence") != 0)
-        return tn_err("%s: pre_tokenizer.type '%.40s' not supported (expected ByteLevel or Sequence)", t->path, ty);
+        return tn_err("%s: pre_tokenizer.type '%s' not supported (expected ByteLevel or Sequence)", t->path, shown(ty, sb));
     const cJSON *list = get(p, "pretokenizers");
     if (!cJSON_IsArray(list)) return tn_err("%s: pre_tokenizer.pretokenizers must be an array", t->path);
     int i = 0, seen_bl = 0;
@@ -137,7 +150,7 @@ static int pre_tokenizer(tn_tokenizer *t, const cJSON *p) {
             if (bytelevel(t, e, w) != 0) return -1;
             seen_bl = 1;
         } else {
-            return tn_err("%s: %s.type '%.40s' not supported (expected Split or ByteLevel)", t->path, w, ety);
+            return tn_err("%s: %s.type '%s' not supported (expected Split or ByteLevel)", t->path, w, shown(ety, sb));
         }
     }
     if (!seen_bl) return tn_err("%s: pre_tokenizer.pretokenizers has no ByteLevel (only byte-level BPE is supported)", t->path);
@@ -145,6 +158,7 @@ static int pre_tokenizer(tn_tokenizer *t, const cJSON *p) {
 }
 
 static int decoder(tn_tokenizer *t, const cJSON *d) {
+    char sb[48];
     if (!d) return tn_err("%s: decoder is null (expected ByteLevel)", t->path);
     const char *ty = type_of(t, d, "decoder");
     if (!ty) return -1;
@@ -158,12 +172,12 @@ static int decoder(tn_tokenizer *t, const cJSON *d) {
             const char *ety = type_of(t, e, w);
             if (!ety) return -1;
             if (strcmp(ety, "ByteLevel") != 0)
-                return tn_err("%s: %s.type '%.40s' not supported (expected ByteLevel)", t->path, w, ety);
+                return tn_err("%s: %s.type '%s' not supported (expected ByteLevel)", t->path, w, shown(ety, sb));
         }
         if (i == 0) return tn_err("%s: decoder.decoders must be a non-empty array of ByteLevel", t->path);
         return 0;
     }
-    return tn_err("%s: decoder.type '%.40s' not supported (expected ByteLevel)", t->path, ty);
+    return tn_err("%s: decoder.type '%s' not supported (expected ByteLevel)", t->path, shown(ty, sb));
 }
 
 int tk_load_pipeline(tn_tokenizer *t, const void *root_json) {

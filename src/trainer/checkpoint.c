@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +38,29 @@ static int fsync_dir(const char *dir) {
     int rc = fsync(fd);
     close(fd);
     return rc == 0 ? 0 : tn_err("%s: fsync: %s", dir, strerror(errno));
+}
+
+/* A manifest number that is a whole count in [0, max]: checked before any cast (1e300 or -1 in a damaged
+ * manifest must be an error, not undefined behaviour). max <= 2^53 keeps the double exact. */
+static int json_count(const cJSON *j, double max) {
+    return cJSON_IsNumber(j) && j->valuedouble >= 0 && j->valuedouble <= max && j->valuedouble == floor(j->valuedouble);
+}
+
+/* A name the manifest lists must be a file of the checkpoint folder itself: no path (../../x, /dev/zero)
+ * and no control characters (they would break the one-line error). */
+static int plain_file_name(const char *s) {
+    for (const char *p = s; *p; p++)
+        if ((unsigned char)*p < 0x20) return 0;
+    return s[0] && strchr(s, '/') == NULL && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+/* A name for a message: at most 80 bytes, control characters as '?'. */
+static const char *shown(const char *s, char buf[static 96]) {
+    size_t i = 0;
+    for (; s[i] && i < 80; i++) buf[i] = (unsigned char)s[i] < 0x20 ? '?' : s[i];
+    if (s[i]) buf[i++] = '.', buf[i++] = '.', buf[i++] = '.';
+    buf[i] = 0;
+    return buf;
 }
 
 static int hash_file(const char *path, uint64_t *hash, uint64_t *size) {
@@ -155,8 +180,13 @@ int tn_checkpoint_verify(const char *dir) {
     const cJSON *f;
     cJSON_ArrayForEach(f, files) {
         const cJSON *size = cJSON_GetObjectItemCaseSensitive(f, "size"), *hash = cJSON_GetObjectItemCaseSensitive(f, "hash");
-        if (!cJSON_IsNumber(size) || !cJSON_IsString(hash)) {
-            rc = tn_err("%s/%s: entry '%s' lacks size/hash", dir, MANIFEST, f->string);
+        char nb[96];
+        if (!plain_file_name(f->string)) {
+            rc = tn_err("%s/%s: entry '%s' is not a file name in the checkpoint folder", dir, MANIFEST, shown(f->string, nb));
+            break;
+        }
+        if (!json_count(size, 9007199254740992.0) || !cJSON_IsString(hash)) {
+            rc = tn_err("%s/%s: entry '%s' lacks size/hash (a byte count and a hash string)", dir, MANIFEST, f->string);
             break;
         }
         char *fp = tn_path_join(dir, f->string);
@@ -258,9 +288,9 @@ int tn_checkpoint_load(const char *dir, tn_model *m, tn_adamw *opt, tn_ckpt_stat
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(root, "step"),
                 *seen = cJSON_GetObjectItemCaseSensitive(root, "samples_seen"),
                 *adam = cJSON_GetObjectItemCaseSensitive(root, "adam_step");
-    if (!cJSON_IsNumber(step) || !cJSON_IsNumber(seen) || !cJSON_IsNumber(adam) || step->valuedouble < 0) {
+    if (!json_count(step, INT_MAX) || !json_count(seen, 9007199254740992.0) || !json_count(adam, INT_MAX)) {
         cJSON_Delete(root);
-        return tn_err("%s/%s: missing step or samples_seen", dir, MANIFEST);
+        return tn_err("%s/%s: step, samples_seen or adam_step is missing or not a whole count", dir, MANIFEST);
     }
     st->step = (int)step->valuedouble;
     st->samples_seen = (int64_t)seen->valuedouble;
