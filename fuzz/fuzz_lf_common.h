@@ -8,9 +8,8 @@
 
 /* Aligns one in-memory file (bytes NUL-terminated, as tn_read_file hands them out) with ds; refusals
  * must name the file, accepted examples must be well-formed. */
-/* src/data/lf_*.c are another engineer's files: control characters of a dataset name, column or file
- * they echo into an error message are reported (docs/reliability.md, fuzz/crashes/), not fixed here. */
-static inline void fz_lf_init(void) { *fz_multiline_known() = 1; }
+/* Error lines are one line everywhere now (tn_err masks control characters), so nothing is tolerated. */
+static inline void fz_lf_init(void) { *fz_multiline_known() = 0; }
 
 static inline void fz_align(const lf_dsattr *ds, const char *path, const char *bytes, size_t n, int type, int max_samples) {
     lf_file f = {(char *)path, (char *)bytes, n, type};

@@ -21,6 +21,9 @@ int tn_err(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(tmp, sizeof tmp, fmt, ap); /* via tmp: fmt's arguments may point into g_errmsg */
     va_end(ap);
+    /* one line, whatever a file put into a name we quote: control characters are shown as '?' */
+    for (char *p = tmp; *p; p++)
+        if ((unsigned char)*p < 0x20) *p = '?';
     memcpy(g_errmsg, tmp, sizeof tmp);
     return -1;
 }
