@@ -49,6 +49,7 @@ typedef struct key_def {
 #define NUM(f, lo, hi, lo_open, hi_open) K_NUM, FIELD(f), lo, hi, lo_open, hi_open
 #define BOOL(f) K_BOOL, FIELD(f), NOLIM, 0, 0
 #define CUSTOM(f) K_CUSTOM, FIELD(f), NOLIM, 0, 0
+#define NOFIELD K_CUSTOM, 0, 0, NOLIM, 0, 0 /* a setter that only validates (no field of its own) */
 #define NOTICE K_NOTICE, 0, 0, NOLIM, 0, 0 /* accepted, changes nothing; `expect` says what tandem does */
 
 enum { PATH_MODEL = 1u, PATH_MODEL_CONFIG = 2u, PATH_OUTPUT = 4u, PATH_DATASET_DIR = 8u, PATH_ADAPTER = 16u,
@@ -82,7 +83,7 @@ static const key_def KEYS[] = {
     {"top_k", INT(top_k, 0, INT_MAX), 0, 0, "an integer >= 0 (0: no top-k cut)", NULL},
     {"max_new_tokens", INT(max_new_tokens, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
     {"infer_backend", NOTICE, 0, 0, "tandem generates with its own forward pass", NULL},
-    {"repetition_penalty", CUSTOM(stage), 0, 0, "not supported yet (only 1.0)", set_unsupported},
+    {"repetition_penalty", NOFIELD, 0, 0, "not supported yet (only 1.0)", set_unsupported},
     {"export_legacy_format", NOTICE, 0, 0, "exports are always safetensors", NULL},
     /* method */
     {"finetuning_type", CUSTOM(finetuning_type), 0, 0, "one of lora, full", set_finetuning_type},
@@ -92,28 +93,28 @@ static const key_def KEYS[] = {
     {"lora_target", CUSTOM(lora_target), 1, 0, "'all' or a comma list of " LORA_MODULES, set_lora_target},
     {"stage", CUSTOM(stage), 0, 0, "sft or pt", set_stage},
     {"do_train", BOOL(do_train), 0, 0, "true or false", NULL},
-    {"additional_target", CUSTOM(stage), 1, 0, "not supported yet: only the LoRA adapters train", set_unsupported},
-    {"quantization_bit", CUSTOM(stage), 0, 0, "not supported: tandem trains the base in fp32 (CPU) or bf16 (GPU)",
+    {"additional_target", NOFIELD, 1, 0, "not supported yet: only the LoRA adapters train", set_unsupported},
+    {"quantization_bit", NOFIELD, 0, 0, "not supported: tandem trains the base in fp32 (CPU) or bf16 (GPU)",
      set_unsupported},
-    {"use_dora", CUSTOM(stage), 0, 0, "not supported yet (plain LoRA only)", set_unsupported},
-    {"use_rslora", CUSTOM(stage), 0, 0, "not supported yet (scale is lora_alpha / lora_rank)", set_unsupported},
+    {"use_dora", NOFIELD, 0, 0, "not supported yet (plain LoRA only)", set_unsupported},
+    {"use_rslora", NOFIELD, 0, 0, "not supported yet (scale is lora_alpha / lora_rank)", set_unsupported},
     /* data */
     {"dataset", STR(dataset), 1, 0, "a comma list of dataset names from dataset_info.json", NULL},
     {"dataset_dir", PATH(dataset_dir), 0, PATH_DATASET_DIR, "a path", NULL},
-    {"eval_dataset", CUSTOM(stage), 1, 0, "not supported yet: use val_size to hold out part of 'dataset'", set_unsupported},
+    {"eval_dataset", NOFIELD, 1, 0, "not supported yet: use val_size to hold out part of 'dataset'", set_unsupported},
     {"template", STR(template_name), 0, 0, "a template name", NULL},
     {"cutoff_len", INT(cutoff_len, 2, INT_MAX), 0, 0, "an integer >= 2", NULL},
     {"max_samples", INT(max_samples, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
     {"packing", BOOL(packing), 0, 0, "true or false", NULL},
-    {"neat_packing", CUSTOM(stage), 0, 0, "not supported yet (packing without attention isolation: packing: true)",
+    {"neat_packing", NOFIELD, 0, 0, "not supported yet (packing without attention isolation: packing: true)",
      set_unsupported},
     {"train_on_prompt", BOOL(train_on_prompt), 0, 0, "true or false", NULL},
     {"mask_history", BOOL(mask_history), 0, 0, "true or false", NULL},
     {"enable_thinking", BOOL(enable_thinking), 0, 0, "true or false", NULL},
     {"default_system", STR(default_system), 0, 0, "a string", NULL},
     {"val_size", NUM(val_size, 0, HUGE_VAL, 0, 0), 0, 0, "a fraction in [0, 1) or a count >= 1", NULL},
-    {"streaming", CUSTOM(stage), 0, 0, "not supported: tandem tokenizes once and caches", set_unsupported},
-    {"mix_strategy", CUSTOM(stage), 0, 0, "not supported yet: datasets are concatenated in order (concat)",
+    {"streaming", NOFIELD, 0, 0, "not supported: tandem tokenizes once and caches", set_unsupported},
+    {"mix_strategy", NOFIELD, 0, 0, "not supported yet: datasets are concatenated in order (concat)",
      set_unsupported},
     /* training */
     {"learning_rate", NUM(learning_rate, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number", NULL},
@@ -132,7 +133,7 @@ static const key_def KEYS[] = {
     {"adam_epsilon", NUM(adam_epsilon, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number", NULL},
     {"gradient_checkpointing", BOOL(gradient_checkpointing), 0, 0, "true or false", NULL},
     {"disable_gradient_checkpointing", BOOL(disable_gradient_checkpointing), 0, 0, "true or false", NULL},
-    {"optim", CUSTOM(stage), 0, 0, "adamw_torch (or adamw_torch_fused, adamw_hf: the same AdamW here)", set_optim},
+    {"optim", NOFIELD, 0, 0, "adamw_torch (or adamw_torch_fused, adamw_hf: the same AdamW here)", set_optim},
     {"seed", INT(seed, INT_MIN, INT_MAX), 0, 0, "an integer", NULL},
     /* distributed */
     {"max_bad_steps", INT(max_bad_steps, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
