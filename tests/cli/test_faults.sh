@@ -36,7 +36,7 @@ sleep 1
 victim=$(pgrep -f "tandem train .*output_dir=$T/stop" | tail -1)
 t0=$(date +%s)
 kill -STOP "$victim"
-( sleep 60; kill -9 $pid 2>/dev/null ) &
+( sleep 60; kill -9 $pid ) >/dev/null 2>&1 &  # holds no output open, or the test waits for it
 guard=$!
 wait $pid
 rc=$? took=$(($(date +%s) - t0))
@@ -57,7 +57,7 @@ if why=$("$KIT/netns.sh" check 2>&1) && "$KIT/netns.sh" up --rate 0 >/dev/null 2
   sleep 1
   t0=$(date +%s)
   ip -n "${TANDEM_NETNS}1" link set "$(ip -n "${TANDEM_NETNS}1" -o link show | awk -F': ' '$2 ~ /v1/ {print $2}' | cut -d@ -f1)" down
-  ( sleep 90; kill -9 $pid 2>/dev/null ) &
+  ( sleep 90; kill -9 $pid ) >/dev/null 2>&1 &
   guard=$!
   wait $pid
   rc=$? took=$(($(date +%s) - t0))
