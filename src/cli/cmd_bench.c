@@ -82,6 +82,7 @@ static int bench_train(int argc, char **argv) {
     tn_rng_seed(&rng, 1 + (in ? (uint64_t)in->rank : 0));
     for (int i = 0; i < B * S; i++) ids[i] = (int32_t)(tn_rng_next(&rng) % (uint64_t)c.vocab_size);
     double *ms = tn_xmalloc((size_t)steps * sizeof *ms), *wait = tn_xcalloc((size_t)steps, sizeof *wait), loss = 0;
+    double *first = tn_xcalloc((size_t)steps, sizeof *first);
     int64_t T = (int64_t)B * S, targets = tn_count_targets(ids, B, S);
     for (int i = 0; i < warmup + steps; i++) {
         double t0 = tn_now();
@@ -94,9 +95,11 @@ static int bench_train(int argc, char **argv) {
         tn_adamw_step(o, m, &h, 1e-4);
         if (i >= warmup) ms[i - warmup] = 1e3 * (tn_now() - t0);
         if (i >= warmup && sync) wait[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->wait_s;
+        if (i >= warmup && sync) first[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s;
     }
     qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
     qsort(wait, (size_t)steps, sizeof *wait, cmp_double);
+    qsort(first, (size_t)steps, sizeof *first, cmp_double);
     double med = steps % 2 ? ms[steps / 2] : 0.5 * (ms[steps / 2 - 1] + ms[steps / 2]);
     /* FLOP model of bench_ref.py */
     double N = 0, n_lora = 0;
@@ -112,13 +115,15 @@ static int bench_train(int argc, char **argv) {
         printf("{\"impl\":\"tandem\",\"config\":\"%s%s\",\"threads\":%d,\"batch\":%d,\"seq\":%d,\"steps\":%d,"
                "\"ms_step\":%.2f,\"ms_min\":%.2f,\"tok_s\":%.1f,\"gflops\":%.2f,\"flops_per_step\":%.0f,"
                "\"peak_rss_mb\":%.1f,\"acts_mb\":%.1f,\"loss\":%.5f,\"ranks\":%d,\"nodes\":%d,"
-               "\"grad_mb\":%.2f,\"comm_wait_ms\":%.2f}\n",
+               "\"grad_mb\":%.2f,\"comm_wait_ms\":%.2f,\"first_grad_ms\":%.2f}\n",
                name, lora ? "-lora" : "", omp_get_max_threads(), B, S, steps, med, ms[0], (double)T / (med / 1e3),
                flops / (med / 1e3) / 1e9, flops, peak_rss_mb(), tn_acts_bytes(a) / 1048576.0, loss,
-               in ? in->size : 1, in ? in->n_nodes : 1, m->n_trainable * 4.0 / 1048576.0, wait[steps / 2]);
+               in ? in->size : 1, in ? in->n_nodes : 1, m->n_trainable * 4.0 / 1048576.0, wait[steps / 2],
+               first[steps / 2]);
     fflush(stdout);
     free(ms);
     free(wait);
+    free(first);
     tn_grad_sync_free(sync);
     free(ids);
     tn_adamw_free(o);

@@ -13,10 +13,14 @@ struct tn_grad_sync {
     size_t *lo;              /* [n_buckets] bucket k = [lo[k], k ? lo[k-1] : n_trainable) */
     int next;                /* first bucket not yet launched */
     int armed;
+    double armed_at;
     tn_comm_op **ops;        /* [n_buckets] */
     int first_error;
     tn_grad_sync_stats stats;
 };
+
+#define MIN_BUCKETS 8
+#define MIN_BUCKET_FLOATS 16384 /* 64 KB: smaller ones would be all per-message overhead */
 
 static size_t bucket_hi(const tn_grad_sync *s, int k) { return k ? s->lo[k - 1] : s->model->n_trainable; }
 
@@ -24,6 +28,7 @@ static void launch_ready(tn_grad_sync *s, size_t ready_from) {
     while (s->next < s->n_buckets && s->lo[s->next] >= ready_from) {
         int k = s->next++;
         size_t lo = s->lo[k];
+        if (k == 0) s->stats.first_ready_s = tn_now() - s->armed_at;
         s->ops[k] = tn_comm_iallreduce_f32(s->comm, s->model->grad + lo, bucket_hi(s, k) - lo);
         if (!s->ops[k] && !s->first_error) s->first_error = 1;
     }
@@ -45,6 +50,12 @@ tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes) 
     s->model = m;
     s->active = c && tn_comm_get_info(c)->size > 1 && m->n_trainable > 0;
     size_t n = m->n_trainable;
+    /* Never fewer than MIN_BUCKETS buckets (but none under MIN_BUCKET_FLOATS): the bucket holding the first
+     * layers is complete only when backward ends, so one big bucket (LoRA's 2 MB of adapters under a 4 MB
+     * cap) would overlap nothing; with 8 only an eighth of the bytes is left after backward. */
+    size_t fair = (n + MIN_BUCKETS - 1) / MIN_BUCKETS;
+    if (fair < MIN_BUCKET_FLOATS) fair = MIN_BUCKET_FLOATS;
+    if (per > fair) per = fair;
     s->n_buckets = n ? (int)((n + per - 1) / per) : 0;
     s->lo = tn_xcalloc((size_t)s->n_buckets + 1, sizeof *s->lo);
     s->ops = tn_xcalloc((size_t)s->n_buckets + 1, sizeof *s->ops);
@@ -72,6 +83,7 @@ void tn_grad_sync_free(tn_grad_sync *s) {
 void tn_grad_sync_arm(tn_grad_sync *s) {
     if (!s->active) return;
     s->armed = 1;
+    s->armed_at = tn_now();
     s->next = 0;
     s->first_error = 0;
 }

@@ -2,7 +2,8 @@
  *
  * Owns the bucket plan over the gradient slab. Buckets are contiguous ranges cut from the END of the slab
  * (backward finishes the last layers' gradients first: lm_head/final norm, then layer L-1 ... 0, then the
- * embedding), each at most bucket_bytes. During the step's last micro-batch the model's grad_ready hook
+ * embedding), each at most bucket_bytes and at least 8 of them (64 KB or more each) so that little is
+ * left to send after backward. During the step's last micro-batch the model's grad_ready hook
  * reports how far backward has got; every bucket that is complete is all-reduced at once, non-blocking
  * (the comm layer's progress thread moves it while backward goes on). The optimizer waits for all of them.
  * Accumulation micro-batches before the last exchange nothing. Only trainable gradients are in the slab,
@@ -21,6 +22,7 @@ typedef struct {
     int n_buckets;
     size_t bytes;        /* per step */
     double wait_s;       /* time the last step waited for communication after backward */
+    double first_ready_s; /* from arm to the first complete bucket: what overlap cannot hide (forward, lm_head) */
 } tn_grad_sync_stats;
 
 /* NULL with tn_err on a bad size. With one rank it does nothing (and costs nothing). */
