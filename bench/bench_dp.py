@@ -4,6 +4,8 @@ Weak-scaling efficiency = T1 / T2: median step time of 1 rank (1 thread) over th
 the same per-rank batch, on the core issue's configs. Phases, every one measured for tandem and then by
 ../shared/ref/ddp_ref.py for PyTorch, in this same run:
   local   2 ranks on this machine (tandem: mpirun -n 2, one core each; PyTorch: gloo over loopback)
+  pair    (tandem only) two independent 1-rank runs at once, one per core: what sharing the machine alone
+          costs, to tell it apart from what data parallelism costs on top
   netns   2 simulated machines (network namespaces) joined by a veth pair shaped with
           `tc qdisc ... tbf rate 100mbit burst 32kbit latency 400ms` on both ends (ddp_ref.py's shaping);
           tandem through scripts/netns (rsh agent, hostfile), one rank per machine.
@@ -14,7 +16,7 @@ the link in each direction, and no gradient exists before forward and the lm_hea
 max(T1, first_grad + G / stream rate). tandem runs --rounds times (default 3), each round measuring 1 rank,
 2 local ranks and 2 machines back to back; medians over rounds are reported.
 
-Usage (root, for the namespaces):  bench/bench_dp.sh [--configs tiny,small,small-lora] [--phases local,netns]
+Usage (root, for the namespaces):  bench/bench_dp.sh [--configs tiny,small,small-lora] [--phases local,pair,netns]
                                    [--no-torch] [--json OUT.jsonl] [--steps K] [--rounds R]
 """
 import argparse, json, os, statistics, subprocess, sys, time
@@ -46,6 +48,19 @@ def bench_args(cfg, steps):
     return ["bench", "train", "--preset", preset, *lora, "--steps", str(steps or (10 if preset == "tiny" else 4))]
 
 
+def pair(cfg, steps):
+    """Two independent 1-rank runs at once, one per core (no communication): what sharing this machine's
+    memory system and caches alone costs. The mean of their step times."""
+    cmd = lambda core: ["taskset", "-c", str(core), BIN, *bench_args(cfg, steps)]
+    print("  $ " + " & ".join(" ".join(cmd(c)) for c in (0, 1)), file=sys.stderr, flush=True)
+    ps = [subprocess.Popen(cmd(c), env=ENV, stdout=subprocess.PIPE, text=True) for c in (0, 1)]
+    outs = [p.communicate()[0] for p in ps]
+    if any(p.returncode for p in ps):
+        sys.exit(f"bench_dp: a pair run failed: {outs}")
+    rs = [tandem_json(o) for o in outs]
+    return dict(rs[0], ms_step=sum(r["ms_step"] for r in rs) / 2)
+
+
 def iperf_rate():
     """MB/s (10^6) of one TCP stream over the shaped link, 10 s, machine 1 -> machine 0 server."""
     srv = subprocess.Popen([KIT, "exec", "0", "iperf3", "-s", "-1", "-B", "10.77.0.1"], env=ENV,
@@ -62,7 +77,7 @@ def iperf_rate():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", default="tiny,small,small-lora")
-    ap.add_argument("--phases", default="local,netns")
+    ap.add_argument("--phases", default="local,pair,netns")
     ap.add_argument("--steps", type=int, default=0)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--json", default="")
@@ -77,7 +92,10 @@ def main():
     cmds = {"base": lambda cfg: [BIN, *bench_args(cfg, a.steps)],
             "local": lambda cfg: ["mpirun", "-n", "2", "--bind-to", "core", "--map-by", "core", "-x", "OMP_NUM_THREADS",
                                   "--mca", "btl", "self,vader", BIN, *bench_args(cfg, a.steps), "--dist"],
-            "netns": lambda cfg: [KIT, "mpirun", "-n", "2", "--map-by", "node", "-x", "OMP_NUM_THREADS", BIN,
+            "pair": lambda cfg: None,
+            # one core per simulated machine, as a real machine has its own (the kit starts ranks unbound)
+            "netns": lambda cfg: [KIT, "mpirun", "-n", "2", "--map-by", "node", "-x", "OMP_NUM_THREADS", "sh", "-c",
+                                  'exec taskset -c "$OMPI_COMM_WORLD_RANK" "$0" "$@"', BIN,
                                   *bench_args(cfg, a.steps), "--dist"]}
     rate = None
     if "netns" in phases:
@@ -90,7 +108,7 @@ def main():
         for rnd in range(a.rounds):
             for cfg in configs:
                 for ph in ["base"] + phases:
-                    r = tandem_json(run(cmds[ph](cfg)))
+                    r = pair(cfg, a.steps) if ph == "pair" else tandem_json(run(cmds[ph](cfg)))
                     samples.setdefault((ph, cfg), []).append(r)
                     rows.append(dict(r, impl="tandem", phase=ph, round=rnd, **({"link_MBps": rate} if ph == "netns" else {})))
                     print(f"round {rnd + 1}/{a.rounds} tandem {cfg} {ph}: {r['ms_step']:.1f} ms/step", file=sys.stderr,
@@ -104,7 +122,7 @@ def main():
             run([KIT, "down"])
     grad_mb = {r["config"]: r["grad_mb"] * 1.048576 for r in rows if r["impl"] == "tandem"}
     if not a.no_torch:
-        tphases = ["base"] + [{"local": "loopback", "netns": "netns"}[p] for p in phases]
+        tphases = ["base"] + [{"local": "loopback", "netns": "netns"}[p] for p in phases if p != "pair"]
         jf = "/tmp/bench_dp_torch.jsonl"
         if os.path.exists(jf):
             os.remove(jf)
@@ -122,7 +140,7 @@ def main():
     print("\n| config | grad MB/step | phase | tandem T1 ms | tandem T2 ms | tandem eff | PyTorch T1 ms | PyTorch T2 ms "
           "| PyTorch eff | limit of plain DP |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for ph in phases:
+    for ph in [p for p in phases if p != "pair"]:
         for cfg in configs:
             t1, t2 = res.get(("tandem", "base", cfg)), res.get(("tandem", ph, cfg))
             p1, p2 = res.get(("torch", "base", cfg)), res.get(("torch", ph, cfg))
@@ -135,6 +153,13 @@ def main():
             e = lambda x, y: f"{x / y:.3f}" if x and y else "-"
             print(f"| {cfg} | {grad_mb[cfg]:.1f} | {ph} | {f(t1)} | {f(t2)} | {e(t1, t2)} | {f(p1)} | {f(p2)} | "
                   f"{e(p1, p2)} | {lim} |")
+    if "pair" in phases and "local" in phases:
+        print("\n| config | T1 ms (1 rank alone) | Tpair ms (2 independent 1-rank runs at once) | T2 ms (2 ranks, data "
+              "parallel) | machine sharing T1/Tpair | data parallelism Tpair/T2 | efficiency T1/T2 |")
+        print("|---|---|---|---|---|---|---|")
+        for cfg in configs:
+            t1, tp, t2 = (res[("tandem", ph, cfg)] for ph in ("base", "pair", "local"))
+            print(f"| {cfg} | {t1:.1f} | {tp:.1f} | {t2:.1f} | {t1 / tp:.3f} | {tp / t2:.3f} | {t1 / t2:.3f} |")
     if a.json:
         with open(a.json, "a") as fh:
             for r in rows:
