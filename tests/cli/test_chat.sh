@@ -4,20 +4,15 @@
 # the same user text must give back exactly the answer from the dataset file, in one-shot and chat mode
 # (with "clear" between turns). Sampling runs too; the generation keys are LLaMA-Factory's.
 set -u
+. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 TD=${TANDEM_TESTS_DIR:?}
 ROOT=$TD/..
-SHARED=${TANDEM_SHARED_DIR:-$ROOT/../shared}
-if [ ! -d "$SHARED/data/tokenizers/qwen3" ]; then
-  [ "${CI:-}" = true ] && { echo "test_chat: FAIL: $SHARED is required in CI"; exit 1; }
-  echo "test_chat: skipped ($SHARED absent)"
-  exit 77
-fi
+need_shared test_chat
 T=$(mktemp -d /tmp/tandem-chat-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 export TANDEM_CACHE_DIR=$T/cache
 fails=0 checks=0
-check() { checks=$((checks + 1)); if ! eval "$1"; then echo "FAIL: $1"; fails=$((fails + 1)); fi; }
 
 "$BIN" init-model "$ROOT/examples/tiny-qwen2/config.json" "$T/base" --tokenizer "$SHARED/data/tokenizers/qwen3" >/dev/null
 "$BIN" train "$ROOT/examples/lf/qwen_full_sft.yaml" model_name_or_path="$T/base" dataset=identity \

@@ -2,12 +2,12 @@
 # A short run of the bundled demo: the loss must fall, the model folder must be written and reload
 # as an HF folder, and a LoRA run on top of it must write a PEFT adapter.
 set -u
+. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 EX=${TANDEM_TESTS_DIR:?}/../examples
 T=$(mktemp -d /tmp/tandem-cli-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fails=0 checks=0
-check() { checks=$((checks + 1)); if ! eval "$1"; then echo "FAIL: $1"; fails=$((fails + 1)); fi; }
 
 "$BIN" train "$EX/demo_addition.yaml" max_steps=120 logging_steps=20 output_dir="$T/full" >"$T/log" 2>&1
 rc=$?

@@ -4,6 +4,7 @@
 # resolve, one that does not answer (TEST-NET address 192.0.2.1: nothing is there), a host listed twice,
 # and a malformed slots value.
 set -u
+. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 EX=${TANDEM_TESTS_DIR:?}/../examples
 command -v mpirun >/dev/null || { echo "test_dp_launch_errors: FAIL: mpirun not found (scripts/install-deps.sh)"; exit 1; }
@@ -12,7 +13,6 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREA
 T=$(mktemp -d /tmp/tandem-launch-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fails=0 checks=0
-check() { checks=$((checks + 1)); if ! eval "$1"; then echo "FAIL: $1"; fails=$((fails + 1)); fi; }
 one_error() { # log pattern: exactly one "tandem: error:" line, and it matches pattern
   [ "$(grep -c 'tandem: error:' "$1")" -eq 1 ] && grep 'tandem: error:' "$1" | grep -Eq "$2"
 }

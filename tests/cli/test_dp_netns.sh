@@ -6,6 +6,7 @@
 # process (relative L2 <= 1e-6, see test_dp_split.sh). The namespaces are removed afterwards. Where they
 # cannot be created (not root, no CAP_NET_ADMIN) the test FAILS with the reason.
 set -u
+. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 EX=${TANDEM_TESTS_DIR:?}/../examples
 KIT=$TANDEM_TESTS_DIR/../scripts/netns
@@ -19,7 +20,6 @@ T=$(mktemp -d /tmp/tandem-netns-XXXXXX)
 trap '"$KIT/netns.sh" down; rm -rf "$T"' EXIT
 "$KIT/netns.sh" up --rate 0 || { echo "test_dp_netns: FAIL: netns.sh up failed"; exit 1; }
 fails=0 checks=0
-check() { checks=$((checks + 1)); if ! eval "$1"; then echo "FAIL: $1"; fails=$((fails + 1)); fi; }
 sed "s|model_config: demo/config.json|model_config: $EX/demo/config.json|" "$EX/demo_addition.yaml" >"$T/demo.yaml"
 COMMON="max_steps=6 logging_steps=100 learning_rate=1e-4 warmup_ratio=0"
 printf '10.77.0.1 slots=2\n10.77.0.2 slots=2\n' >"$T/hostfile"

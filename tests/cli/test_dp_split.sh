@@ -10,6 +10,7 @@
 # IS that handful of normalised updates and its relative error is the update's own (measured up to
 # 2.3e-6): lora_B tensors are held to 1e-5. A real bug moves parameters by far more (checked below).
 set -u
+. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 EX=${TANDEM_TESTS_DIR:?}/../examples
 command -v mpirun >/dev/null || { echo "test_dp_split: FAIL: mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; }
@@ -18,7 +19,6 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
 T=$(mktemp -d /tmp/tandem-dp-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fails=0 checks=0
-check() { checks=$((checks + 1)); if ! eval "$1"; then echo "FAIL: $1"; fails=$((fails + 1)); fi; }
 COMMON="max_steps=6 logging_steps=100 learning_rate=1e-4 warmup_ratio=0"
 
 run() { # name ranks micro accum extra...
@@ -27,11 +27,6 @@ run() { # name ranks micro accum extra...
     per_device_train_batch_size="$b" gradient_accumulation_steps="$acc" output_dir="$T/$name" >"$T/$name.log" 2>&1 \
     || { echo "run $name failed:"; cat "$T/$name.log"; }
 }
-worst() { # a b pattern [exclude]: worst rel L2 over the tensors matching pattern (and not exclude)
-  "$BIN" compare "$1" "$2" | awk -v pat="$3" -v ex="${4:-^$}" \
-    '$1 ~ pat && $1 !~ ex && $2 == "rel" { if ($4 + 0 > w) w = $4 + 0 } END { printf "%.3e", w + 0 }'
-}
-within() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 
 for ft in full lora; do
   extra=""

@@ -4,13 +4,13 @@
 # (tests/tools/merge_ref.py), the tokenizer files must be copied, the result must load as a model, and
 # the same YAML keys as `llamafactory-cli export` work. A missing adapter is one clear error line.
 set -u
+. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 TD=${TANDEM_TESTS_DIR:?}
 EX=$TD/../examples
 T=$(mktemp -d /tmp/tandem-export-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fails=0 checks=0
-check() { checks=$((checks + 1)); if ! eval "$1"; then echo "FAIL: $1"; fails=$((fails + 1)); fi; }
 
 "$BIN" train "$EX/demo_addition.yaml" max_steps=20 output_dir="$T/base" >"$T/log1" 2>&1
 printf '{"model_max_length": 12}\n' >"$T/base/tokenizer_config.json"   # stands in for a real tokenizer file

@@ -9,6 +9,7 @@
 #    stop the run (max_bad_steps).
 # Root is needed for the tmpfs and the namespaces: without it the test FAILS with the reason.
 set -u
+. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 TD=${TANDEM_TESTS_DIR:?}
 EX=$TD/../examples
@@ -25,7 +26,6 @@ cleanup() {
 }
 trap cleanup EXIT
 fails=0 checks=0
-check() { checks=$((checks + 1)); if ! eval "$1"; then echo "FAIL: $1"; fails=$((fails + 1)); fi; }
 LONG="max_steps=1000000 logging_steps=1000000 peer_timeout=5"
 
 # 1. SIGSTOP
@@ -36,11 +36,8 @@ sleep 1
 victim=$(pgrep -f "tandem train .*output_dir=$T/stop" | tail -1)
 t0=$(date +%s)
 kill -STOP "$victim"
-( sleep 60; kill -9 $pid ) >/dev/null 2>&1 &  # holds no output open, or the test waits for it
-guard=$!
-wait $pid
-rc=$? took=$(($(date +%s) - t0))
-kill $guard 2>/dev/null
+wait_at_most 60 $pid
+took=$(($(date +%s) - t0))
 echo "SIGSTOP: $(grep 'tandem: error' "$T/stop.log") [exit $rc after ${took} s]"
 check '[ $rc -ne 0 ] && [ $took -le 20 ]'
 check '[ "$(grep -c "tandem: error:" "$T/stop.log")" -eq 1 ] && grep -q "rank 1 on host $(hostname) does not answer" "$T/stop.log"'
@@ -57,11 +54,8 @@ if why=$("$KIT/netns.sh" check 2>&1) && "$KIT/netns.sh" up --rate 0 >/dev/null 2
   sleep 1
   t0=$(date +%s)
   ip -n "${TANDEM_NETNS}1" link set "$(ip -n "${TANDEM_NETNS}1" -o link show | awk -F': ' '$2 ~ /v1/ {print $2}' | cut -d@ -f1)" down
-  ( sleep 90; kill -9 $pid ) >/dev/null 2>&1 &
-  guard=$!
-  wait $pid
-  rc=$? took=$(($(date +%s) - t0))
-  kill $guard 2>/dev/null
+  wait_at_most 90 $pid
+  took=$(($(date +%s) - t0))
   echo "link down: $(grep 'tandem: error' "$T/link.log" | head -1) [exit $rc after ${took} s]"
   check '[ $rc -ne 0 ] && [ $took -le 30 ]'
   check 'grep -q "tandem: error: rank . on host tnflt[0-9]*-node. does not answer" "$T/link.log"'

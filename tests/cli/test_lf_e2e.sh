@@ -5,22 +5,17 @@
 # parses, the adapter is PEFT's (names, shapes, F32: tests/tools/check_lf_outputs.py), and a resumed run
 # ends bit-identical. Every example YAML parses; a mistyped key is one error line with a suggestion.
 set -u
+. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 TD=${TANDEM_TESTS_DIR:?}
 ROOT=$TD/..
-SHARED=${TANDEM_SHARED_DIR:-$ROOT/../shared}
-if [ ! -d "$SHARED/data/tokenizers/qwen3" ]; then
-  [ "${CI:-}" = true ] && { echo "test_lf_e2e: FAIL: $SHARED is required in CI"; exit 1; }
-  echo "test_lf_e2e: skipped ($SHARED absent)"
-  exit 77
-fi
+need_shared test_lf_e2e
 command -v mpirun >/dev/null || { echo "test_lf_e2e: FAIL: mpirun not found (scripts/install-deps.sh)"; exit 1; }
 export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 TANDEM_CACHE_DIR
 T=$(mktemp -d /tmp/tandem-lf-XXXXXX)
 TANDEM_CACHE_DIR=$T/cache
 trap 'rm -rf "$T"' EXIT
 fails=0 checks=0
-check() { checks=$((checks + 1)); if ! eval "$1"; then echo "FAIL: $1"; fails=$((fails + 1)); fi; }
 
 "$BIN" init-model "$ROOT/examples/tiny-qwen2/config.json" "$T/model" --tokenizer "$SHARED/data/tokenizers/qwen3" >/dev/null
 ARGS="model_name_or_path=$T/model dataset_dir=$SHARED/data/llamafactory max_samples=16 cutoff_len=96 max_steps=6

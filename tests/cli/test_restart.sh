@@ -4,6 +4,7 @@
 # bit-identical to an uninterrupted run of the same config. Without --max-restarts the same kill ends the
 # launch with a non-zero status.
 set -u
+. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 EX=${TANDEM_TESTS_DIR:?}/../examples
 command -v mpirun >/dev/null || { echo "test_restart: FAIL: mpirun not found (scripts/install-deps.sh)"; exit 1; }
@@ -11,7 +12,6 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREA
 T=$(mktemp -d /tmp/tandem-restart-XXXXXX)
 trap 'pkill -9 -f "output_dir=$T/" 2>/dev/null; rm -rf "$T"' EXIT
 fails=0 checks=0
-check() { checks=$((checks + 1)); if ! eval "$1"; then echo "FAIL: $1"; fails=$((fails + 1)); fi; }
 ARGS="max_steps=240 save_steps=40 logging_steps=40 per_device_train_batch_size=32 overwrite_output_dir=false"
 
 "$BIN" launch -n 2 --no-bind "$EX/demo_addition.yaml" $ARGS output_dir="$T/a" >"$T/a.log" 2>&1

@@ -5,6 +5,7 @@
 # checkpoint unless overwrite_output_dir; a checkpoint truncated on disk is skipped (named) in favour of
 # the previous one; save_total_limit keeps the newest; weights without checkpoints are not overwritten.
 set -u
+. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 EX=${TANDEM_TESTS_DIR:?}/../examples
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -12,7 +13,6 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
 T=$(mktemp -d /tmp/tandem-resume-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fails=0 checks=0
-check() { checks=$((checks + 1)); if ! eval "$1"; then echo "FAIL: $1"; fails=$((fails + 1)); fi; }
 train() { out=$1; shift; "$BIN" train "$EX/demo_addition.yaml" max_steps=10 save_steps=5 logging_steps=5 \
   overwrite_output_dir=false per_device_train_batch_size=16 output_dir="$out" "$@" >"$out.log" 2>&1; }
 weights() { [ -f "$1/model.safetensors" ] && echo "$1/model.safetensors" || echo "$1/adapter_model.safetensors"; }

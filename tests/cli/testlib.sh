@@ -1,0 +1,36 @@
+# testlib.sh -- helpers shared by the command-line tests; sourced: . "$TANDEM_TESTS_DIR/cli/testlib.sh"
+# A test sets fails=0 checks=0, runs `check 'CONDITION'` for each assertion, and ends with its summary line.
+
+# check 'CONDITION': evaluate it; a false one is counted and printed.
+check() { checks=$((checks + 1)); if ! eval "$1"; then echo "FAIL: $1"; fails=$((fails + 1)); fi; }
+
+# within A B: A <= B as numbers (awk reads 1e-6 and 4.2e-08 alike).
+within() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+
+# worst A B [PATTERN [EXCLUDE]]: the worst relative L2 distance (`tandem compare`) over the tensors whose
+# name matches PATTERN (default: all) and not EXCLUDE.
+worst() {
+  "$BIN" compare "$1" "$2" | awk -v pat="${3:-.}" -v ex="${4:-^$}" \
+    '$1 ~ pat && $1 !~ ex && $2 == "rel" { if ($4 + 0 > w) w = $4 + 0 } END { printf "%.3e", w + 0 }'
+}
+
+# wait_at_most SECONDS PID: wait for PID, killing it after SECONDS so that a hang fails the test instead
+# of hanging it; its exit status lands in $rc. The guard holds no output open (ctest would wait for it).
+wait_at_most() {
+  ( sleep "$1"; kill -9 "$2" ) >/dev/null 2>&1 &
+  _guard=$!
+  wait "$2"
+  rc=$?
+  kill "$_guard" 2>/dev/null
+  return 0
+}
+
+# need_shared NAME: the test reads ../shared (TANDEM_SHARED_DIR). Without it the test is skipped (exit 77),
+# except in CI (CI=true), where its absence is a failure. Sets SHARED.
+need_shared() {
+  SHARED=${TANDEM_SHARED_DIR:-${TANDEM_TESTS_DIR:?}/../../shared}
+  [ -d "$SHARED/data/tokenizers/qwen3" ] && return 0
+  [ "${CI:-}" = true ] && { echo "$1: FAIL: $SHARED is required in CI"; exit 1; }
+  echo "$1: skipped ($SHARED absent)"
+  exit 77
+}
