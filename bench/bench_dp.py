@@ -87,16 +87,19 @@ def main():
     res = {}  # (impl, phase, config) -> ms_step, the median over rounds
     rows = []
     first = {}  # config -> ms from step start to the first complete gradient bucket (netns, median)
-    # tandem's runs: every round measures 1 rank, 2 local ranks and 2 machines back to back, so slow drifts
-    # of this VM (run-to-run +-5%) hit T1 and T2 alike; the median over rounds is reported.
-    cmds = {"base": lambda cfg: [BIN, *bench_args(cfg, a.steps)],
-            "local": lambda cfg: ["mpirun", "-n", "2", "--bind-to", "core", "--map-by", "core", "-x", "OMP_NUM_THREADS",
-                                  "--mca", "btl", "self,vader", BIN, *bench_args(cfg, a.steps), "--dist"],
-            "pair": lambda cfg: None,
-            # one core per simulated machine, as a real machine has its own (the kit starts ranks unbound)
-            "netns": lambda cfg: [KIT, "mpirun", "-n", "2", "--map-by", "node", "-x", "OMP_NUM_THREADS", "sh", "-c",
-                                  'exec taskset -c "$OMPI_COMM_WORLD_RANK" "$0" "$@"', BIN,
-                                  *bench_args(cfg, a.steps), "--dist"]}
+    # tandem's runs, one JSON row per phase: every round measures each phase back to back, so slow drifts of
+    # this VM (run-to-run +-5%) hit T1 and T2 alike; the median over rounds is reported.
+    measure = {
+        "base": lambda cfg: tandem_json(run([BIN, *bench_args(cfg, a.steps)])),
+        "local": lambda cfg: tandem_json(run(["mpirun", "-n", "2", "--bind-to", "core", "--map-by", "core", "-x",
+                                              "OMP_NUM_THREADS", "--mca", "btl", "self,vader", BIN,
+                                              *bench_args(cfg, a.steps), "--dist"])),
+        "pair": lambda cfg: pair(cfg, a.steps),
+        # one core per simulated machine, as a real machine has its own (the kit starts ranks unbound)
+        "netns": lambda cfg: tandem_json(run([KIT, "mpirun", "-n", "2", "--map-by", "node", "-x", "OMP_NUM_THREADS",
+                                              "sh", "-c", 'exec taskset -c "$OMPI_COMM_WORLD_RANK" "$0" "$@"', BIN,
+                                              *bench_args(cfg, a.steps), "--dist"])),
+    }
     rate = None
     if "netns" in phases:
         run([KIT, "up", *SHAPE])
@@ -108,7 +111,7 @@ def main():
         for rnd in range(a.rounds):
             for cfg in configs:
                 for ph in ["base"] + phases:
-                    r = pair(cfg, a.steps) if ph == "pair" else tandem_json(run(cmds[ph](cfg)))
+                    r = measure[ph](cfg)
                     samples.setdefault((ph, cfg), []).append(r)
                     rows.append(dict(r, impl="tandem", phase=ph, round=rnd, **({"link_MBps": rate} if ph == "netns" else {})))
                     print(f"round {rnd + 1}/{a.rounds} tandem {cfg} {ph}: {r['ms_step']:.1f} ms/step", file=sys.stderr,

@@ -48,6 +48,12 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The median of v[0..n), n >= 1; sorts v in place. */
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 static int bench_train(int argc, char **argv) {
     const char *name = "tiny";
     int lora = 0, steps = 0, warmup = 2, dist = 0;
@@ -97,10 +103,7 @@ static int bench_train(int argc, char **argv) {
         if (i >= warmup && sync) wait[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->wait_s;
         if (i >= warmup && sync) first[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s;
     }
-    qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
-    qsort(wait, (size_t)steps, sizeof *wait, cmp_double);
-    qsort(first, (size_t)steps, sizeof *first, cmp_double);
-    double med = steps % 2 ? ms[steps / 2] : 0.5 * (ms[steps / 2 - 1] + ms[steps / 2]);
+    double med = median(ms, steps); /* sorts: ms[0] is then the fastest step */
     /* FLOP model of bench_ref.py */
     double N = 0, n_lora = 0;
     for (int i = 0; i < m->n_params; i++) {
@@ -118,8 +121,8 @@ static int bench_train(int argc, char **argv) {
                "\"grad_mb\":%.2f,\"comm_wait_ms\":%.2f,\"first_grad_ms\":%.2f}\n",
                name, lora ? "-lora" : "", omp_get_max_threads(), B, S, steps, med, ms[0], (double)T / (med / 1e3),
                flops / (med / 1e3) / 1e9, flops, peak_rss_mb(), tn_acts_bytes(a) / 1048576.0, loss,
-               in ? in->size : 1, in ? in->n_nodes : 1, m->n_trainable * 4.0 / 1048576.0, wait[steps / 2],
-               first[steps / 2]);
+               in ? in->size : 1, in ? in->n_nodes : 1, m->n_trainable * 4.0 / 1048576.0, median(wait, steps),
+               median(first, steps));
     fflush(stdout);
     free(ms);
     free(wait);
