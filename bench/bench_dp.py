@@ -9,11 +9,12 @@ the same per-rank batch, on the core issue's configs. Phases, every one measured
   netns   2 simulated machines (network namespaces) joined by a veth pair shaped with
           `tc qdisc ... tbf rate 100mbit burst 32kbit latency 400ms` on both ends (ddp_ref.py's shaping);
           tandem through scripts/netns (rsh agent, hostfile), one rank per machine.
-It also measures one plain TCP stream over the shaped link (iperf3) and states the physical limit of plain
-data parallelism next to each netns figure: a 2-machine all-reduce must move the gradient bytes G across
-the link in each direction, and no gradient exists before forward and the lm_head's backward are done
-(first_grad, measured by tandem), so even fully overlapped with the rest of backward a step takes at least
-max(T1, first_grad + G / stream rate). tandem runs --rounds times (default 3), each round measuring 1 rank,
+It also measures plain TCP over the shaped link (iperf3: one stream, and one stream each way at once) and
+states the physical limit of plain data parallelism next to each netns figure: a 2-machine all-reduce must
+move the gradient bytes G across the link in each direction at the same time (so at the two-way rate: each
+direction also carries the ACKs of the other), and no gradient exists before forward and the lm_head's
+backward are done (first_grad, measured by tandem), so even fully overlapped with the rest of backward a
+step takes at least max(T1, first_grad + G / two-way rate). tandem runs --rounds times (default 3), each round measuring 1 rank,
 2 local ranks and 2 machines back to back; medians over rounds are reported.
 
 Usage (root, for the namespaces):  bench/bench_dp.sh [--configs tiny,small,small-lora] [--phases local,pair,netns]
@@ -61,17 +62,20 @@ def pair(cfg, steps):
     return dict(rs[0], ms_step=sum(r["ms_step"] for r in rs) / 2)
 
 
-def iperf_rate():
-    """MB/s (10^6) of one TCP stream over the shaped link, 10 s, machine 1 -> machine 0 server."""
+def iperf_rate(bidir=False):
+    """MB/s (10^6) of one TCP stream over the shaped link, 10 s, machine 1 -> machine 0 server. bidir: one
+    stream each way at once (what an all-reduce does: each direction also carries the other's ACKs), the
+    slower direction."""
     srv = subprocess.Popen([KIT, "exec", "0", "iperf3", "-s", "-1", "-B", "10.77.0.1"], env=ENV,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)
     try:
-        out = run([KIT, "exec", "1", "iperf3", "-c", "10.77.0.1", "-t", "10", "-J"])
+        out = run([KIT, "exec", "1", "iperf3", "-c", "10.77.0.1", "-t", "10", "-J"] + (["--bidir"] if bidir else []))
     finally:
         srv.wait(timeout=30)
-    j = json.loads(out)
-    return j["end"]["sum_received"]["bits_per_second"] / 8e6
+    end = json.loads(out)["end"]
+    keys = ["sum_received"] + (["sum_received_bidir_reverse"] if bidir else [])
+    return min(end[k]["bits_per_second"] for k in keys) / 8e6
 
 
 def main():
@@ -100,20 +104,22 @@ def main():
                                               "sh", "-c", 'exec taskset -c "$OMPI_COMM_WORLD_RANK" "$0" "$@"', BIN,
                                               *bench_args(cfg, a.steps), "--dist"])),
     }
-    rate = None
+    rate = rate2 = None
     if "netns" in phases:
         run([KIT, "up", *SHAPE])
     try:
         if "netns" in phases:
-            rate = iperf_rate()
-            print(f"one TCP stream over the shaped link: {rate:.2f} MB/s", file=sys.stderr, flush=True)
+            rate, rate2 = iperf_rate(), iperf_rate(bidir=True)
+            print(f"one TCP stream over the shaped link: {rate:.2f} MB/s; one each way at once: {rate2:.2f} MB/s",
+                  file=sys.stderr, flush=True)
         samples = {}
         for rnd in range(a.rounds):
             for cfg in configs:
                 for ph in ["base"] + phases:
                     r = measure[ph](cfg)
                     samples.setdefault((ph, cfg), []).append(r)
-                    rows.append(dict(r, impl="tandem", phase=ph, round=rnd, **({"link_MBps": rate} if ph == "netns" else {})))
+                    rows.append(dict(r, impl="tandem", phase=ph, round=rnd,
+                                     **({"link_MBps": rate, "link_bidir_MBps": rate2} if ph == "netns" else {})))
                     print(f"round {rnd + 1}/{a.rounds} tandem {cfg} {ph}: {r['ms_step']:.1f} ms/step", file=sys.stderr,
                           flush=True)
         for (ph, cfg), rs in samples.items():
@@ -139,7 +145,8 @@ def main():
                 rows.append(dict(r, impl="torch"))
     print("\nCommand: `bench/bench_dp.sh " + " ".join(sys.argv[1:]) + "`")
     if rate:
-        print(f"One TCP stream over the 100 Mbit/s link (iperf3, 10 s): {rate:.2f} MB/s")
+        print(f"One TCP stream over the 100 Mbit/s link (iperf3, 10 s): {rate:.2f} MB/s; one stream each way at once "
+              f"(iperf3 --bidir, the slower direction): {rate2:.2f} MB/s = the rate in the limit below")
     print("\n| config | grad MB/step | phase | tandem T1 ms | tandem T2 ms | tandem eff | PyTorch T1 ms | PyTorch T2 ms "
           "| PyTorch eff | limit of plain DP |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -149,9 +156,10 @@ def main():
             p1, p2 = res.get(("torch", "base", cfg)), res.get(("torch", ph, cfg))
             lim = "1.000"
             if ph == "netns" and rate:
-                floor = first[cfg] + 1e3 * grad_mb[cfg] / rate
+                floor = first[cfg] + 1e3 * grad_mb[cfg] / rate2
                 lim = (f"{min(1.0, t1 / floor):.3f} (first grad {first[cfg]:.0f} + G/rate "
-                       f"{1e3 * grad_mb[cfg] / rate:.0f} = {floor:.0f} ms; tandem at {t2 / max(t1, floor):.2f}x)")
+                       f"{1e3 * grad_mb[cfg] / rate2:.0f} = {floor:.0f} ms; tandem at {t2 / max(t1, floor):.2f}x; "
+                       f"with the one-way rate {t2 / max(t1, first[cfg] + 1e3 * grad_mb[cfg] / rate):.2f}x)")
             f = lambda x: f"{x:.1f}" if x else "-"
             e = lambda x, y: f"{x / y:.3f}" if x and y else "-"
             print(f"| {cfg} | {grad_mb[cfg]:.1f} | {ph} | {f(t1)} | {f(t2)} | {e(t1, t2)} | {f(p1)} | {f(p2)} | "

@@ -3,7 +3,8 @@
  * train: the same step as ../shared/ref/bench_ref.py (forward + loss + backward + AdamW, random tokens,
  * labels = inputs) on its tiny/small presets; FLOPs counted with its formula (PaLM convention):
  *   full 6 N T + 12 L D S T ;  LoRA (4 N + 6 N_lora) T + 12 L D S T ; N = base params minus the embedding.
- * Threads come from OMP_NUM_THREADS (OpenBLAS is the OpenMP build and follows it). */
+ * Threads come from OMP_NUM_THREADS (OpenBLAS is the OpenMP build and follows it). --dist: one rank of a
+ * data-parallel run under mpirun; --trace: every rank prints each step's phases to stderr. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +57,7 @@ static double median(double *v, int n) {
 
 static int bench_train(int argc, char **argv) {
     const char *name = "tiny";
-    int lora = 0, steps = 0, warmup = 2, dist = 0;
+    int lora = 0, steps = 0, warmup = 2, dist = 0, trace = 0;
     double bucket_mb = 4;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) name = argv[++i];
@@ -64,6 +65,7 @@ static int bench_train(int argc, char **argv) {
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc) warmup = atoi(argv[++i]);
         else if (strcmp(argv[i], "--dist") == 0) dist = 1;
+        else if (strcmp(argv[i], "--trace") == 0) trace = 1;
         else if (strcmp(argv[i], "--bucket-mb") == 0 && i + 1 < argc) bucket_mb = atof(argv[++i]);
         else return tn_err("bench train: unexpected argument '%s'", argv[i]);
     }
@@ -96,9 +98,15 @@ static int bench_train(int argc, char **argv) {
         m->be->zero(m->grad, m->n_trainable);
         if (sync) tn_grad_sync_arm(sync);
         loss = tn_model_forward_backward(m, a, ids, ids, B, S, 1.0f / (float)targets, &nv, 0) / (double)targets;
+        double t1 = tn_now();
         if (sync && tn_grad_sync_finish(sync) != 0) return -1;
+        double t2 = tn_now();
         tn_clip_grad_norm(m, 0);
         tn_adamw_step(o, m, &h, 1e-4);
+        if (trace) /* every rank: tells a slow rank (its peers wait) from a slow link (everyone waits) */
+            fprintf(stderr, "rank %d step %d: forward+backward %.1f ms (first bucket at %.1f), wait %.1f, optimizer %.1f\n",
+                    in ? in->rank : 0, i, 1e3 * (t1 - t0), sync ? 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s : 0,
+                    1e3 * (t2 - t1), 1e3 * (tn_now() - t2));
         if (i >= warmup) ms[i - warmup] = 1e3 * (tn_now() - t0);
         if (i >= warmup && sync) wait[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->wait_s;
         if (i >= warmup && sync) first[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s;

@@ -58,7 +58,8 @@ struct tn_comm {
     tn_comm_op *cur;             /* first op not finished (NULL: idle) */
     int stop, thread_started;
     pthread_t thread;
-    uint64_t n_ops;
+    uint64_t n_ops;              /* ops submitted */
+    uint64_t op_seq;             /* ops created, on the caller's thread (same order on every rank) */
     double busy_s, busy_since;
 
     /* watchdog (comm_watchdog.c) */
@@ -72,11 +73,20 @@ struct tn_comm {
     int wd_n_sends;
 };
 
-/* An op: the progress thread calls step() until it returns 1 (done) or -1 (failed, err filled). */
+/* Ops that may be in progress at once. A gradient bucket's all-reduce ends with a drain (its last segments
+ * cross the link and come back) during which the link would idle; the next bucket's op starts meanwhile.
+ * Op number k uses message-tag lane k mod TN_COMM_LANES, so ops in progress together never share tags. */
+#define TN_COMM_LANES 4
+
+/* An op: the progress thread calls step() until it returns 1 (done) or -1 (failed, err filled). While
+ * draining(op) is true (the op has handed all its work on and only waits for it to finish), the next op
+ * is stepped too; ops without draining() run strictly one after the other. */
 struct tn_comm_op {
     tn_comm *c;
     tn_comm_op *next;
+    uint64_t seq;                       /* submission number: lane = seq mod TN_COMM_LANES */
     int (*step)(tn_comm_op *op, int *progressed);
+    int (*draining)(const tn_comm_op *op);
     void (*release)(tn_comm_op *op);   /* frees the op-specific state */
     void *state;
     int done, failed;                   /* under c->mu */
@@ -106,12 +116,13 @@ typedef struct tn_ring tn_ring;
  * RS/AG: block j is the span [boff[j], boff[j]+blen[j]) of position j; segment s is piece s of every
  * block. buf is worked on in place. */
 tn_ring *tn_ring_create(MPI_Comm comm, int kind, float *buf, size_t n, const size_t *boff, const size_t *blen,
-                        size_t piece, int window);
+                        size_t piece, int window, int lane);
 void tn_ring_free(tn_ring *r);
 size_t tn_ring_segments(const tn_ring *r);
 size_t tn_ring_segment_floats(const tn_ring *r); /* AR: floats per segment */
 void tn_ring_set_ready(tn_ring *r, size_t segs);  /* segments [0, segs) may start (default: all) */
 size_t tn_ring_done(const tn_ring *r);            /* segments [0, done) are finished */
+int tn_ring_all_started(const tn_ring *r);        /* every segment has started: only the drain is left */
 /* Advance without blocking: 1 finished, 0 not yet, -1 failed (tn_err set). *progressed |= 1 on change. */
 int tn_ring_step(tn_ring *r, int *progressed);
 

@@ -9,6 +9,7 @@
 tn_comm_op *tn_comm_op_new(tn_comm *c) {
     tn_comm_op *op = tn_xcalloc(1, sizeof *op);
     op->c = c;
+    op->seq = c->op_seq++;
     return op;
 }
 
@@ -19,14 +20,19 @@ static int noop_step(tn_comm_op *op, int *progressed) {
 }
 
 static int ring_op_step(tn_comm_op *op, int *progressed) { return tn_ring_step(op->state, progressed); }
+static int ring_op_draining(const tn_comm_op *op) { return tn_ring_all_started(op->state); }
 static void ring_op_release(tn_comm_op *op) { tn_ring_free(op->state); }
 
 static tn_comm_op *ring_op(tn_comm *c, MPI_Comm comm, int kind, float *buf, size_t n, const size_t *boff,
                            const size_t *blen) {
-    tn_ring *r = tn_ring_create(comm, kind, buf, n, boff, blen, c->tune.piece, c->tune.window);
-    if (!r) return NULL;
     tn_comm_op *op = tn_comm_op_new(c);
-    op->state = r, op->step = ring_op_step, op->release = ring_op_release;
+    tn_ring *r = tn_ring_create(comm, kind, buf, n, boff, blen, c->tune.piece, c->tune.window,
+                                (int)(op->seq % TN_COMM_LANES));
+    if (!r) {
+        free(op);
+        return NULL;
+    }
+    op->state = r, op->step = ring_op_step, op->draining = ring_op_draining, op->release = ring_op_release;
     return op;
 }
 

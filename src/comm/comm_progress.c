@@ -1,7 +1,8 @@
 /* comm_progress.c -- the progress thread and the op queue.
  *
  * MPI moves a non-blocking transfer only while some thread calls into it, and the compute threads sit in
- * BLAS, so one background thread per rank steps the queued ops in submission order. It must not burn a
+ * BLAS, so one background thread per rank steps the queued ops in submission order (the next one as soon
+ * as the one before only drains, see TN_COMM_LANES, so the link does not idle between buckets). It must not burn a
  * core (two ranks share a 2-core machine): it calls MPI_Testsome and, when nothing moved, sleeps with
  * exponential backoff (up to tune.poll_max_us; a TCP socket buffer drains slowly at 100 Mbit/s, so a
  * millisecond of sleep costs no bandwidth). With no op queued it sleeps on a condition variable. */
@@ -46,11 +47,24 @@ int tn_comm_mpi_wait(tn_comm *c, MPI_Request *rq, const char *what) {
     }
 }
 
+/* Under c->mu: op finished; the first unfinished op becomes current. */
 static void finish_locked(tn_comm *c, tn_comm_op *op, int failed) {
     op->done = 1, op->failed = failed;
-    c->cur = op->next;
+    while (c->cur && c->cur->done) c->cur = c->cur->next;
     if (!c->cur) c->busy_s += tn_now() - c->busy_since;
     pthread_cond_broadcast(&c->cv);
+}
+
+/* Under c->mu: the ops to step now, in order: the current one, and each following one while the op before
+ * it is draining (at most TN_COMM_LANES submission numbers apart, so their message tags differ). */
+static int ops_to_step_locked(tn_comm *c, tn_comm_op **run) {
+    int n = 0;
+    for (tn_comm_op *op = c->cur; op && op->seq < c->cur->seq + TN_COMM_LANES; op = op->next) {
+        if (op->done) continue;
+        run[n++] = op;
+        if (!op->draining || !op->draining(op)) break;
+    }
+    return n;
 }
 
 /* Idle: sleep until an op comes, waking every 50 ms to answer the watchdog's pings (comm_watchdog.c). */
@@ -72,26 +86,36 @@ static void idle_wait_locked(tn_comm *c) {
 static void *progress_main(void *arg) {
     tn_comm *c = arg;
     int us = TN_BACKOFF_START, broken = 0;
-    tn_comm_op *last_op = NULL;
-    double since = tn_now(); /* last progress of the current op */
+    tn_comm_op *last_cur = NULL, *run[TN_COMM_LANES];
+    int rc[TN_COMM_LANES];
+    double since = tn_now(); /* last progress of the current ops */
     pthread_mutex_lock(&c->mu);
     for (;;) {
         idle_wait_locked(c);
         if (!c->cur) break;
-        tn_comm_op *op = c->cur;
-        if (op != last_op) last_op = op, since = tn_now();
+        if (c->cur != last_cur) last_cur = c->cur, since = tn_now();
+        int n = ops_to_step_locked(c, run), progressed = 0;
         if (broken) { /* ranks are out of step after a failure: fail the rest rather than hang */
-            snprintf(op->err, sizeof op->err, "comm: an earlier operation failed");
-            finish_locked(c, op, 1);
+            for (int i = 0; i < n; i++) {
+                snprintf(run[i]->err, sizeof run[i]->err, "comm: an earlier operation failed");
+                finish_locked(c, run[i], 1);
+            }
             continue;
         }
         pthread_mutex_unlock(&c->mu);
-        int progressed = 0, rc = op->step(op, &progressed);
-        if (rc < 0) snprintf(op->err, sizeof op->err, "%s", tn_errmsg());
+        for (int i = 0; i < n; i++) {
+            rc[i] = run[i]->step(run[i], &progressed);
+            if (rc[i] < 0) snprintf(run[i]->err, sizeof run[i]->err, "%s", tn_errmsg());
+        }
         pthread_mutex_lock(&c->mu);
-        if (rc != 0) {
-            broken |= rc < 0;
-            finish_locked(c, op, rc < 0);
+        int finished = 0;
+        for (int i = 0; i < n; i++)
+            if (rc[i] != 0) {
+                broken |= rc[i] < 0;
+                finish_locked(c, run[i], rc[i] < 0);
+                finished = 1;
+            }
+        if (finished) {
             us = TN_BACKOFF_START;
             continue;
         }

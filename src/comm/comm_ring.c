@@ -14,8 +14,9 @@
  *   reduce-scatter: send block i-k-1 to i+1, receive block i-k-2 from i-1 into scratch and add it in;
  *                   after p-1 steps position i holds the full sum of block i.
  *   all-gather:     send block i-k to i+1, receive block i-k-1 from i-1 in place.
- * Message tags are (s mod window, t): unique among the messages in flight (segments start in order and
- * never more than `window` past the oldest unfinished one); MPI's non-overtaking order covers reuse. */
+ * Message tags are (lane, s mod window, t): unique among the messages in flight (segments start in order
+ * and never more than `window` past the oldest unfinished one; rings that run at the same time on one
+ * communicator have different lanes, see TN_COMM_LANES); MPI's non-overtaking order covers reuse. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,7 @@ typedef struct {
 
 struct tn_ring {
     MPI_Comm comm;
-    int p, pos, kind, steps, window, failed;
+    int p, pos, kind, steps, window, failed, tag_base;
     float *buf;
     size_t n, piece, seg_floats, nseg;
     size_t *boff, *blen;
@@ -61,7 +62,7 @@ static void block_of(const tn_ring *r, size_t s, int j, size_t *off, size_t *len
 }
 
 tn_ring *tn_ring_create(MPI_Comm comm, int kind, float *buf, size_t n, const size_t *boff, const size_t *blen,
-                        size_t piece, int window) {
+                        size_t piece, int window, int lane) {
     tn_ring *r = tn_xcalloc(1, sizeof *r);
     MPI_Comm_size(comm, &r->p);
     MPI_Comm_rank(comm, &r->pos);
@@ -82,8 +83,8 @@ tn_ring *tn_ring_create(MPI_Comm comm, int kind, float *buf, size_t n, const siz
     if (r->p == 1) r->nseg = 0; /* nothing to exchange */
     int *tag_ub = NULL, flag = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag); /* predefined on the world only */
-    long tags = (long)window * (r->steps > 0 ? r->steps : 1);
-    if (!flag || !tag_ub || tags > *tag_ub || piece > INT_MAX) {
+    long tags = (long)TN_COMM_LANES * window * (r->steps > 0 ? r->steps : 1);
+    if (!flag || !tag_ub || tags > *tag_ub || piece > INT_MAX || lane < 0 || lane >= TN_COMM_LANES) {
         tn_err("comm: ring of %d ranks with window %d needs %ld message tags (MPI offers %d) and pieces of "
                "at most %d floats", r->p, window, tags, flag && tag_ub ? *tag_ub : 0, INT_MAX);
         free(r->boff), free(r->blen), free(r);
@@ -93,6 +94,7 @@ tn_ring *tn_ring_create(MPI_Comm comm, int kind, float *buf, size_t n, const siz
     r->rq = tn_xmalloc(2 * (size_t)window * sizeof *r->rq);
     r->idx = tn_xmalloc(2 * (size_t)window * sizeof *r->idx);
     for (int k = 0; k < 2 * window; k++) r->rq[k] = MPI_REQUEST_NULL;
+    r->tag_base = lane * window * (r->steps > 0 ? r->steps : 1);
     r->seg_done = tn_xcalloc(r->nseg ? r->nseg : 1, 1);
     r->ready = r->nseg;
     return r;
@@ -108,6 +110,7 @@ size_t tn_ring_segments(const tn_ring *r) { return r->nseg; }
 size_t tn_ring_segment_floats(const tn_ring *r) { return r->seg_floats; }
 void tn_ring_set_ready(tn_ring *r, size_t segs) { r->ready = segs < r->nseg ? segs : r->nseg; }
 size_t tn_ring_done(const tn_ring *r) { return r->done_lo; }
+int tn_ring_all_started(const tn_ring *r) { return r->next == r->nseg; }
 
 static void add_f32(float *restrict d, const float *restrict s, size_t n) {
     for (size_t i = 0; i < n; i++) d[i] += s[i];
@@ -123,7 +126,7 @@ static int post(tn_ring *r, int k) {
     size_t so, sn, ro, rn;
     block_of(r, sl->s, js, &so, &sn);
     block_of(r, sl->s, jr, &ro, &rn);
-    int tag = (int)(sl->s % (size_t)r->window) * r->steps + t;
+    int tag = r->tag_base + (int)(sl->s % (size_t)r->window) * r->steps + t;
     int prev = mod(r->pos - 1, r->p), next = mod(r->pos + 1, r->p);
     sl->rx = r->buf + ro, sl->rx_len = rn, sl->reduce = rs, sl->pending = 2;
     int rc = MPI_Irecv(rs ? sl->scratch : r->buf + ro, (int)rn, MPI_FLOAT, prev, tag, r->comm, &r->rq[2 * k]);

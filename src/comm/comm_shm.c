@@ -11,7 +11,10 @@
  *   PUB  when the ring finished the chunk, the leader copies it back into the result slot -> pub = g+1
  *   OUT  the other local ranks copy the result slot into their buffers          -> out_done[me] = g+1
  * A slot is reused for chunk g+NSLOT only after everyone is done with chunk g, which the counters show.
- * Stages of different chunks overlap, so while the ring sends chunk g the machine already reduces g+1. */
+ * Stages of different chunks overlap, so while the ring sends chunk g the machine already reduces g+1.
+ * The next op starts while this one drains (all its chunks reduced and, on the leader, on the ring), so a
+ * counter could be written by two ops: each stage writes chunk g only after its own counter reached g
+ * (PUB: after the previous chunk was published), which keeps every counter in chunk order. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,14 +127,14 @@ static int hier_step(tn_comm_op *op, int *progressed) {
 #define CHUNK_LEN(k) (h->n - (k) * C < C ? h->n - (k) * C : C)
     while (h->next_in < h->nch) { /* IN: needs every rank done reading chunk g-NSLOT's inputs */
         uint64_t g = h->base + h->next_in;
-        if (g >= NSLOT && min_ctr(m, m->red_done, 0) < g - NSLOT + 1) break;
+        if (ld(CTR(m->in_done, m->me)) < g || (g >= NSLOT && min_ctr(m, m->red_done, 0) < g - NSLOT + 1)) break;
         memcpy(in_slot(m, m->me, g), h->buf + h->next_in * C, CHUNK_LEN(h->next_in) * sizeof(float));
         st(CTR(m->in_done, m->me), g + 1);
         h->next_in++, *progressed = 1;
     }
     while (h->next_red < h->next_in) { /* RED: every input is in; result slot free again */
         uint64_t g = h->base + h->next_red;
-        if (min_ctr(m, m->in_done, 0) < g + 1) break;
+        if (min_ctr(m, m->in_done, 0) < g + 1 || ld(CTR(m->red_done, m->me)) < g) break;
         if (g >= NSLOT && (ld(m->pub) < g - NSLOT + 1 || (m->L > 1 && min_ctr(m, m->out_done, 1) < g - NSLOT + 1)))
             break;
         size_t off, len;
@@ -148,7 +151,7 @@ static int hier_step(tn_comm_op *op, int *progressed) {
     if (!leader) {
         while (h->next_out < h->nch) { /* OUT */
             uint64_t g = h->base + h->next_out;
-            if (ld(m->pub) < g + 1) break;
+            if (ld(m->pub) < g + 1 || ld(CTR(m->out_done, m->me)) < g) break;
             memcpy(h->buf + h->next_out * C, red_slot(m, g), CHUNK_LEN(h->next_out) * sizeof(float));
             st(CTR(m->out_done, m->me), g + 1);
             h->next_out++, *progressed = 1;
@@ -165,6 +168,7 @@ static int hier_step(tn_comm_op *op, int *progressed) {
     if (h->ring && tn_ring_step(h->ring, progressed) < 0) return -1;
     while (h->next_pub < h->next_take) { /* PUB */
         uint64_t g = h->base + h->next_pub;
+        if (ld(m->pub) < g) break; /* the previous op's chunks first */
         if (h->ring) {
             size_t end = (h->next_pub + 1) * h->segs_per_chunk, nseg = tn_ring_segments(h->ring);
             if (tn_ring_done(h->ring) < (end < nseg ? end : nseg)) break;
@@ -175,6 +179,13 @@ static int hier_step(tn_comm_op *op, int *progressed) {
     }
 #undef CHUNK_LEN
     return h->next_pub == h->nch;
+}
+
+/* Every chunk reduced and, on the leader, taken and started on the ring: only the drain is left. */
+static int hier_draining(const tn_comm_op *op) {
+    const hier *h = op->state;
+    if (h->m->me != 0) return h->next_red == h->nch;
+    return h->next_take == h->nch && (!h->ring || tn_ring_all_started(h->ring));
 }
 
 static void hier_release(tn_comm_op *op) {
@@ -189,7 +200,8 @@ tn_comm_op *tn_shm_allreduce_op(tn_comm *c, float *buf, size_t n) {
     hier *h = tn_xcalloc(1, sizeof *h);
     h->m = c->shm, h->buf = buf, h->n = n, h->nch = (n + c->shm->chunk - 1) / c->shm->chunk;
     if (c->info.local_rank == 0 && c->info.n_nodes > 1) {
-        h->ring = tn_ring_create(c->leaders, TN_RING_AR, buf, n, NULL, NULL, c->tune.piece, c->tune.window);
+        h->ring = tn_ring_create(c->leaders, TN_RING_AR, buf, n, NULL, NULL, c->tune.piece, c->tune.window,
+                                 (int)(op->seq % TN_COMM_LANES));
         if (!h->ring) {
             free(h), free(op);
             return NULL;
@@ -199,6 +211,6 @@ tn_comm_op *tn_shm_allreduce_op(tn_comm *c, float *buf, size_t n) {
     }
     h->base = c->shm->seq; /* ops are created in submission order on the caller's thread... */
     c->shm->seq += h->nch; /* ...so their chunk numbers are reserved here, not when they run */
-    op->state = h, op->step = hier_step, op->release = hier_release;
+    op->state = h, op->step = hier_step, op->draining = hier_draining, op->release = hier_release;
     return op;
 }

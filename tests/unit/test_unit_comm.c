@@ -160,6 +160,26 @@ static void test_iallreduce(tn_comm *c) {
         CHECKF(first_bad_sum(b[k], 0, ns[k]) == ns[k], "iallreduce + wait_all op %d n=%zu", k, ns[k]);
         free(b[k]);
     }
+    /* gradient buckets: many ops queued at once, each starting while the one before drains (more ops than
+     * tag lanes, so lanes are reused); sizes from under one ring segment to several shared-memory chunks.
+     * Op k's data is the formula shifted by 1237 k, so a chunk taken from another op's buffer shows up. */
+    enum { M = 13 };
+    float *g[M];
+    size_t gn[M];
+    for (int k = 0; k < M; k++) {
+        gn[k] = 1 + (size_t)k * 90001 % 400000;
+        g[k] = tn_xmalloc(gn[k] * sizeof *g[k]);
+        for (size_t i = 0; i < gn[k]; i++) g[k][i] = x_of(R, i + 1237 * (size_t)k);
+        op[k % K] = tn_comm_iallreduce_f32(c, g[k], gn[k]);
+        CHECK(op[k % K] != NULL);
+    }
+    CHECK(tn_comm_wait_all(c) == 0);
+    for (int k = 0; k < M; k++) {
+        size_t bad = 0;
+        for (size_t i = 0; i < gn[k]; i++) bad += g[k][i] != sum_of(i + 1237 * (size_t)k);
+        CHECKF(bad == 0, "bucket op %d of %d n=%zu: %zu wrong", k, M, gn[k], bad);
+        free(g[k]);
+    }
     tn_comm_stats st;
     tn_comm_get_stats(c, &st);
     CHECK(st.ops >= 2 * K && st.progress_cpu_s >= 0 && st.progress_busy_s >= 0);
