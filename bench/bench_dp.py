@@ -11,10 +11,12 @@ the same per-rank batch, on the core issue's configs. Phases, every one measured
           tandem through scripts/netns (rsh agent, hostfile), one rank per machine.
 It also measures plain TCP over the shaped link (iperf3: one stream, and one stream each way at once) and
 states the physical limit of plain data parallelism next to each netns figure: a 2-machine all-reduce must
-move the gradient bytes G across the link in each direction at the same time (so at the two-way rate: each
-direction also carries the ACKs of the other), and no gradient exists before forward and the lm_head's
-backward are done (first_grad, measured by tandem), so even fully overlapped with the rest of backward a
-step takes at least max(T1, first_grad + G / two-way rate). tandem runs --rounds times (default 3), each round measuring 1 rank,
+move the gradient bytes G across the link in each direction, and no gradient exists before forward and the
+lm_head's backward are done (first_grad, measured by tandem), so even fully overlapped with the rest of
+backward a step takes at least max(T1, first_grad + G / rate), rate = what one TCP stream carries (strict);
+also shown with the two-way rate (two streams, one each way: each direction then carries the other's ACKs;
+tandem's ring uses one connection, whose ACKs can ride on its data, so it can beat that rate).
+tandem runs --rounds times (default 3), each round measuring 1 rank,
 2 local ranks and 2 machines back to back; medians over rounds are reported.
 
 Usage (root, for the namespaces):  bench/bench_dp.sh [--configs tiny,small,small-lora] [--phases local,pair,netns]
@@ -146,7 +148,7 @@ def main():
     print("\nCommand: `bench/bench_dp.sh " + " ".join(sys.argv[1:]) + "`")
     if rate:
         print(f"One TCP stream over the 100 Mbit/s link (iperf3, 10 s): {rate:.2f} MB/s; one stream each way at once "
-              f"(iperf3 --bidir, the slower direction): {rate2:.2f} MB/s = the rate in the limit below")
+              f"(iperf3 --bidir, the slower direction): {rate2:.2f} MB/s")
     print("\n| config | grad MB/step | phase | tandem T1 ms | tandem T2 ms | tandem eff | PyTorch T1 ms | PyTorch T2 ms "
           "| PyTorch eff | limit of plain DP |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -156,10 +158,10 @@ def main():
             p1, p2 = res.get(("torch", "base", cfg)), res.get(("torch", ph, cfg))
             lim = "1.000"
             if ph == "netns" and rate:
-                floor = first[cfg] + 1e3 * grad_mb[cfg] / rate2
+                floor, floor2 = (first[cfg] + 1e3 * grad_mb[cfg] / r for r in (rate, rate2))
                 lim = (f"{min(1.0, t1 / floor):.3f} (first grad {first[cfg]:.0f} + G/rate "
-                       f"{1e3 * grad_mb[cfg] / rate2:.0f} = {floor:.0f} ms; tandem at {t2 / max(t1, floor):.2f}x; "
-                       f"with the one-way rate {t2 / max(t1, first[cfg] + 1e3 * grad_mb[cfg] / rate):.2f}x)")
+                       f"{1e3 * grad_mb[cfg] / rate:.0f} = {floor:.0f} ms; tandem at {t2 / max(t1, floor):.2f}x; "
+                       f"at the two-way rate {floor2:.0f} ms, tandem at {t2 / max(t1, floor2):.2f}x)")
             f = lambda x: f"{x:.1f}" if x else "-"
             e = lambda x, y: f"{x / y:.3f}" if x and y else "-"
             print(f"| {cfg} | {grad_mb[cfg]:.1f} | {ph} | {f(t1)} | {f(t2)} | {e(t1, t2)} | {f(p1)} | {f(p2)} | "
