@@ -30,6 +30,14 @@ int tn_err(const char *fmt, ...) {
 
 const char *tn_errmsg(void) { return g_errmsg[0] ? g_errmsg : "unknown error"; }
 
+const char *tn_shown(const char *s, char buf[static 96]) {
+    size_t i = 0;
+    for (; s[i] && i < 80; i++) buf[i] = (unsigned char)s[i] < 0x20 ? '?' : s[i];
+    if (s[i]) buf[i++] = '.', buf[i++] = '.', buf[i++] = '.';
+    buf[i] = 0;
+    return buf;
+}
+
 void tn_die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -19,6 +19,9 @@
 /* Record the current error (replaces any earlier one). Always returns -1 so `return tn_err(...)` works. */
 int tn_err(const char *fmt, ...) TN_PRINTF(1, 2);
 const char *tn_errmsg(void);
+/* A name or key from a file, fit for a one-line message: at most 80 bytes (then "..."), control characters
+ * as '?'. Returns buf. */
+const char *tn_shown(const char *s, char buf[static 96]);
 
 /* Fatal: print "tandem: error: ..." and exit(1). For broken invariants and out-of-memory only. */
 _Noreturn void tn_die(const char *fmt, ...) TN_PRINTF(1, 2);

@@ -98,15 +98,6 @@ uint16_t st_f32_to_f16(float f) {
 
 /* ---- small helpers ---- */
 
-/* A name or key as it may appear in a one-line message: bounded, control characters masked. */
-static const char *shown(const char *s, char buf[static 96]) {
-    size_t i = 0;
-    for (; s[i] && i < 80; i++) buf[i] = (unsigned char)s[i] < 0x20 ? '?' : s[i];
-    if (s[i]) buf[i++] = '.', buf[i++] = '.', buf[i++] = '.';
-    buf[i] = 0;
-    return buf;
-}
-
 static const char *shape_str(const int64_t *shape, int ndim, char buf[static 256]) {
     size_t k = 0;
     buf[k++] = '[';
@@ -195,14 +186,14 @@ static int parse_offsets(const st_file *f, const char *nm, const cJSON *offs, st
 
 static int parse_tensor(const st_file *f, const cJSON *item, st_tensor *t) {
     char nb[96];
-    const char *nm = shown(item->string, nb);
+    const char *nm = tn_shown(item->string, nb);
     if (!cJSON_IsObject(item)) return tn_err("%s: tensor '%s': entry is not an object", f->path, nm);
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
     if (!cJSON_IsString(dt)) return tn_err("%s: tensor '%s': 'dtype' is missing or not a string", f->path, nm);
     char db[96];
     if (dtype_from_name(dt->valuestring, &t->dtype) != 0)
         return tn_err("%s: tensor '%s': unsupported dtype '%s' (accepted: F32, F16, BF16, F64, I64, I32, I16, I8, "
-                      "U8, BOOL)", f->path, nm, shown(dt->valuestring, db));
+                      "U8, BOOL)", f->path, nm, tn_shown(dt->valuestring, db));
     if (parse_shape(f, nm, cJSON_GetObjectItemCaseSensitive(item, "shape"), t) != 0) return -1;
     return parse_offsets(f, nm, cJSON_GetObjectItemCaseSensitive(item, "data_offsets"), t);
 }
@@ -211,7 +202,7 @@ static int check_metadata(const st_file *f, const cJSON *md) {
     if (!cJSON_IsObject(md)) return tn_err("%s: '__metadata__' is not an object", f->path);
     char kb[96];
     for (const cJSON *m = md->child; m; m = m->next)
-        if (!cJSON_IsString(m)) return tn_err("%s: '__metadata__': value of '%s' is not a string", f->path, shown(m->string, kb));
+        if (!cJSON_IsString(m)) return tn_err("%s: '__metadata__': value of '%s' is not a string", f->path, tn_shown(m->string, kb));
     return 0;
 }
 
@@ -223,7 +214,7 @@ static int check_unique(const st_file *f) {
     int rc = 0;
     char nb[96];
     for (int i = 1; i < f->n && rc == 0; i++)
-        if (strcmp(names[i - 1], names[i]) == 0) rc = tn_err("%s: tensor '%s' appears twice in the header", f->path, shown(names[i], nb));
+        if (strcmp(names[i - 1], names[i]) == 0) rc = tn_err("%s: tensor '%s' appears twice in the header", f->path, tn_shown(names[i], nb));
     free(names);
     return rc;
 }
@@ -306,10 +297,10 @@ const st_tensor *st_find(const st_file *f, const char *name) {
 static int check_read(const st_file *f, const st_tensor *t, int64_t n, int want_float) {
     char nb[96];
     if (n != t->numel)
-        return tn_err("%s: tensor '%s': asked for %lld elements, the tensor has %lld", f->path, shown(t->name, nb),
+        return tn_err("%s: tensor '%s': asked for %lld elements, the tensor has %lld", f->path, tn_shown(t->name, nb),
                       (long long)n, (long long)t->numel);
     if (dtype_is_float(t->dtype) != want_float)
-        return tn_err("%s: tensor '%s' is %s; cannot read it as %s", f->path, shown(t->name, nb),
+        return tn_err("%s: tensor '%s' is %s; cannot read it as %s", f->path, tn_shown(t->name, nb),
                       st_dtype_name(t->dtype), want_float ? "floating point" : "integers");
     return 0;
 }
@@ -394,7 +385,7 @@ static FILE *memstream(char **buf, size_t *len) {
 /* Checks one entry and returns its stored size in *bytes. */
 static int check_entry(const char *path, const st_entry *e, uint64_t *bytes) {
     char nb[96];
-    const char *nm = shown(e->name, nb);
+    const char *nm = tn_shown(e->name, nb);
     if (strcmp(e->name, "__metadata__") == 0) return tn_err("%s: '__metadata__' cannot be a tensor name", path);
     if ((unsigned)e->dtype >= ST_NDTYPES) return tn_err("%s: tensor '%s': invalid stored dtype %d", path, nm, (int)e->dtype);
     if (e->src_dtype != ST_F32 && e->src_dtype != ST_F64 && e->src_dtype != ST_I64)
@@ -436,7 +427,7 @@ static const st_entry **sort_entries(const char *path, const st_entry *entries, 
     for (int i = 0; i < n && rc == 0; i++) {
         rc = check_entry(path, v[i], &(*sizes)[i]);
         if (rc == 0 && i && strcmp(v[i - 1]->name, v[i]->name) == 0)
-            rc = tn_err("%s: tensor '%s' is given twice", path, shown(v[i]->name, nb));
+            rc = tn_err("%s: tensor '%s' is given twice", path, tn_shown(v[i]->name, nb));
     }
     if (rc == 0) return v;
     free(v);
@@ -509,7 +500,7 @@ static int convert_ints(const char *path, const st_entry *e, int64_t i0, int64_t
         int64_t v = ((const int64_t *)e->data)[i0 + k];
         char nb[96];
         if (v < lo || v > hi)
-            return tn_err("%s: tensor '%s': element %lld = %lld does not fit in %s", path, shown(e->name, nb),
+            return tn_err("%s: tensor '%s': element %lld = %lld does not fit in %s", path, tn_shown(e->name, nb),
                           (long long)(i0 + k), (long long)v, st_dtype_name(e->dtype));
         int32_t w = (int32_t)v;
         int16_t s = (int16_t)v;
@@ -596,7 +587,7 @@ static int open_shards(st_set *s, const char *dir, const char *ipath, const cJSO
     for (const cJSON *e = wm->child; e; e = e->next) {
         if (!cJSON_IsString(e) || !plain_file_name(e->valuestring)) {
             free(v);
-            return tn_err("%s: weight_map entry '%s' is not a plain shard file name", ipath, shown(e->string, nb));
+            return tn_err("%s: weight_map entry '%s' is not a plain shard file name", ipath, tn_shown(e->string, nb));
         }
         v[k++] = e->valuestring;
     }
@@ -638,14 +629,14 @@ static int check_weight_map(const st_set *s, const char *ipath, const cJSON *wm,
     char nb[96], ab[96], bb[96];
     for (int i = 1; i < total && rc == 0; i++)
         if (strcmp(all[i - 1].name, all[i].name) == 0)
-            rc = tn_err("%s: tensor '%s' is in both %s and %s", ipath, shown(all[i].name, nb),
-                        shown(shard_names[all[i - 1].file], ab), shown(shard_names[all[i].file], bb));
+            rc = tn_err("%s: tensor '%s' is in both %s and %s", ipath, tn_shown(all[i].name, nb),
+                        tn_shown(shard_names[all[i - 1].file], ab), tn_shown(shard_names[all[i].file], bb));
     for (const cJSON *e = wm->child; e && rc == 0; e = e->next) {
         name_loc key = {e->string, 0};
         const name_loc *hit = bsearch(&key, all, (size_t)total, sizeof *all, cmp_name_loc);
         if (!hit || strcmp(shard_names[hit->file], e->valuestring) != 0)
             rc = tn_err("%s: weight_map puts tensor '%s' in %s, but that shard does not contain it", ipath,
-                        shown(e->string, nb), shown(e->valuestring, ab));
+                        tn_shown(e->string, nb), tn_shown(e->valuestring, ab));
     }
     free(all);
     return rc;

@@ -54,15 +54,6 @@ static int plain_file_name(const char *s) {
     return s[0] && strchr(s, '/') == NULL && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 
-/* A name for a message: at most 80 bytes, control characters as '?'. */
-static const char *shown(const char *s, char buf[static 96]) {
-    size_t i = 0;
-    for (; s[i] && i < 80; i++) buf[i] = (unsigned char)s[i] < 0x20 ? '?' : s[i];
-    if (s[i]) buf[i++] = '.', buf[i++] = '.', buf[i++] = '.';
-    buf[i] = 0;
-    return buf;
-}
-
 static int hash_file(const char *path, uint64_t *hash, uint64_t *size) {
     FILE *f = fopen(path, "rb");
     if (!f) return tn_err("%s: cannot open: %s", path, strerror(errno));
@@ -182,7 +173,7 @@ int tn_checkpoint_verify(const char *dir) {
         const cJSON *size = cJSON_GetObjectItemCaseSensitive(f, "size"), *hash = cJSON_GetObjectItemCaseSensitive(f, "hash");
         char nb[96];
         if (!plain_file_name(f->string)) {
-            rc = tn_err("%s/%s: entry '%s' is not a file name in the checkpoint folder", dir, MANIFEST, shown(f->string, nb));
+            rc = tn_err("%s/%s: entry '%s' is not a file name in the checkpoint folder", dir, MANIFEST, tn_shown(f->string, nb));
             break;
         }
         if (!json_count(size, 9007199254740992.0) || !cJSON_IsString(hash)) {
