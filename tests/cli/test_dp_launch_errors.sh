@@ -7,7 +7,7 @@ set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 EX=${TANDEM_TESTS_DIR:?}/../examples
-command -v mpirun >/dev/null || { echo "test_dp_launch_errors: FAIL: mpirun not found (scripts/install-deps.sh)"; exit 1; }
+need_mpirun test_dp_launch_errors
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1
 T=$(mktemp -d /tmp/tandem-launch-XXXXXX)

@@ -11,11 +11,8 @@ BIN=${TANDEM_BIN:?}
 EX=${TANDEM_TESTS_DIR:?}/../examples
 KIT=$TANDEM_TESTS_DIR/../scripts/netns
 export TANDEM_NETNS=tndp$$
-command -v mpirun >/dev/null || { echo "test_dp_netns: FAIL: mpirun not found (scripts/install-deps.sh)"; exit 1; }
-if ! why=$("$KIT/netns.sh" check 2>&1); then
-  echo "test_dp_netns: FAIL: cannot simulate two machines here: $why"
-  exit 1
-fi
+need_mpirun test_dp_netns
+need_netns test_dp_netns "$KIT"
 T=$(mktemp -d /tmp/tandem-netns-XXXXXX)
 trap '"$KIT/netns.sh" down; rm -rf "$T"' EXIT
 "$KIT/netns.sh" up --rate 0 || { echo "test_dp_netns: FAIL: netns.sh up failed"; exit 1; }

@@ -13,7 +13,7 @@ set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 EX=${TANDEM_TESTS_DIR:?}/../examples
-command -v mpirun >/dev/null || { echo "test_dp_split: FAIL: mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; }
+need_mpirun test_dp_split
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
 T=$(mktemp -d /tmp/tandem-dp-XXXXXX)

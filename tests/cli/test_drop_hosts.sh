@@ -17,9 +17,9 @@ BIN=${TANDEM_BIN:?}
 TD=${TANDEM_TESTS_DIR:?}
 EX=$TD/../examples
 KIT=$TD/../scripts/netns
-[ "$(id -u)" -eq 0 ] || { echo "test_drop_hosts: FAIL: needs root (network namespaces); running as uid $(id -u)"; exit 1; }
-command -v mpirun >/dev/null || { echo "test_drop_hosts: FAIL: mpirun not found (scripts/install-deps.sh)"; exit 1; }
-why=$("$KIT/netns.sh" check 2>&1) || { echo "test_drop_hosts: FAIL: cannot simulate two machines: $why"; exit 1; }
+need_root test_drop_hosts "network namespaces"
+need_mpirun test_drop_hosts
+need_netns test_drop_hosts "$KIT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 TANDEM_NETNS=tndrop$$
 T=$(mktemp -d /tmp/tandem-drop-XXXXXX)

@@ -14,8 +14,8 @@ BIN=${TANDEM_BIN:?}
 TD=${TANDEM_TESTS_DIR:?}
 EX=$TD/../examples
 KIT=$TD/../scripts/netns
-[ "$(id -u)" -eq 0 ] || { echo "test_faults: FAIL: needs root (tmpfs mount, network namespaces); running as uid $(id -u)"; exit 1; }
-command -v mpirun >/dev/null || { echo "test_faults: FAIL: mpirun not found (scripts/install-deps.sh)"; exit 1; }
+need_root test_faults "tmpfs mount, network namespaces"
+need_mpirun test_faults
 export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 TANDEM_NETNS=tnflt$$
 T=$(mktemp -d /tmp/tandem-faults-XXXXXX)
 cleanup() {

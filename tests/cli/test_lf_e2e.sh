@@ -10,7 +10,7 @@ BIN=${TANDEM_BIN:?}
 TD=${TANDEM_TESTS_DIR:?}
 ROOT=$TD/..
 need_shared test_lf_e2e
-command -v mpirun >/dev/null || { echo "test_lf_e2e: FAIL: mpirun not found (scripts/install-deps.sh)"; exit 1; }
+need_mpirun test_lf_e2e
 export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 TANDEM_CACHE_DIR
 T=$(mktemp -d /tmp/tandem-lf-XXXXXX)
 TANDEM_CACHE_DIR=$T/cache

@@ -7,7 +7,7 @@ set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 EX=${TANDEM_TESTS_DIR:?}/../examples
-command -v mpirun >/dev/null || { echo "test_restart: FAIL: mpirun not found (scripts/install-deps.sh)"; exit 1; }
+need_mpirun test_restart
 export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1
 T=$(mktemp -d /tmp/tandem-restart-XXXXXX)
 trap 'pkill -9 -f "output_dir=$T/" 2>/dev/null; rm -rf "$T"' EXIT

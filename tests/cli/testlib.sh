@@ -34,3 +34,15 @@ need_shared() {
   echo "$1: skipped ($SHARED absent)"
   exit 77
 }
+
+# need_mpirun NAME / need_root NAME WHAT / need_netns NAME KIT: what a test cannot run without. Missing,
+# the test FAILS with the reason (never skips: these are installed or granted by the project's scripts).
+need_mpirun() {
+  command -v mpirun >/dev/null || { echo "$1: FAIL: mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; }
+}
+need_root() {
+  [ "$(id -u)" -eq 0 ] || { echo "$1: FAIL: needs root ($2); running as uid $(id -u)"; exit 1; }
+}
+need_netns() {
+  _why=$("$2/netns.sh" check 2>&1) || { echo "$1: FAIL: cannot simulate two machines here: $_why"; exit 1; }
+}
