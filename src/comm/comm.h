@@ -83,7 +83,8 @@ int tn_comm_wait_all(tn_comm *c);
  * algorithm choice and its spinning wait. */
 int tn_comm_allreduce_f32_mpi(tn_comm *c, float *buf, size_t n);
 
-/* Cost of the progress thread so far: CPU seconds it used, and seconds it had an op in flight. */
+/* Cost of the progress thread so far: CPU seconds it used, seconds it had an op in flight, ops created.
+ * Call from the thread that issues the collectives. */
 typedef struct {
     double progress_cpu_s, progress_busy_s;
     uint64_t ops;

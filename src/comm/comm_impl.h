@@ -58,7 +58,6 @@ struct tn_comm {
     tn_comm_op *cur;             /* first op not finished (NULL: idle) */
     int stop, thread_started;
     pthread_t thread;
-    uint64_t n_ops;              /* ops submitted */
     uint64_t op_seq;             /* ops created, on the caller's thread (same order on every rank) */
     double busy_s, busy_since;
 

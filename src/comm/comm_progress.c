@@ -163,7 +163,6 @@ tn_comm_op *tn_comm_submit(tn_comm *c, tn_comm_op *op) {
     else c->head = op;
     c->tail = op;
     if (!c->cur) c->cur = op, c->busy_since = tn_now();
-    c->n_ops++;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     return op;
@@ -214,6 +213,6 @@ void tn_comm_get_stats(const tn_comm *c, tn_comm_stats *s) {
         s->progress_cpu_s = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     pthread_mutex_lock(&m->mu);
     s->progress_busy_s = c->busy_s + (c->cur ? tn_now() - c->busy_since : 0);
-    s->ops = c->n_ops;
+    s->ops = c->op_seq; /* written by the caller's thread, which is the one asking */
     pthread_mutex_unlock(&m->mu);
 }
