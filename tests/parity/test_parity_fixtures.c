@@ -1,18 +1,28 @@
 /* Parity with the independent PyTorch reference (../shared/ref/llama_ref.py via make_fixture.py).
  *
- * For each committed fixture (llama GQA, qwen2 with biases + tied embeddings, llama LoRA) tandem
- * computes in fp32 and is compared with PyTorch's float64 results:
- *   loss, logits, every gradient: relative L2 error <= 1e-5 per tensor;
- *   parameters after 3 clipped AdamW steps, judged against PyTorch's own fp32-vs-fp64 error:
- *   - model-wide: worst max |diff| <= 10x PyTorch's worst (make_fixture's sample in the f32 expected.json);
- *   - per tensor: max |diff| <= 3x PyTorch's envelope (f32 envelope.json, tests/fixtures/torch_envelope.py):
- *     the largest error PyTorch itself shows over 8 mathematically identical fp32 orders (rows permuted,
- *     micro-batched, 1 or 2 threads). One sample is not enough per tensor: AdamW divides by sqrt(v), so an
- *     element whose gradient is ~1000x below its tensor's largest turns ordinary rounding into a visible
- *     parameter error, and PyTorch's own error there varies up to 11x between those orders (llama-lora
- *     k_proj.lora_A: 3.8e-8 in the sample, 3.7e-7 with 2 threads).
- * Then it checks the comparison is sensitive: a dropped bias, a flipped sign and a transposed weight
- * must each move the logits far outside the tolerance. Runs with and without gradient checkpointing. */
+ * For each committed fixture (llama GQA, qwen2 with biases + tied embeddings, llama LoRA) tandem computes in
+ * fp32 and is compared with PyTorch's float64 results, with bounds that follow from fp32 arithmetic alone
+ * (u = 2^-24), never from one machine's measurement, so any BLAS kernel (OPENBLAS_CORETYPE) must pass:
+ *   loss, logits, every gradient: relative L2 error <= GRAD_TOL = 1e-5 per tensor. A length-n fp32 dot
+ *   product errs by at most ~n u relative (worst case, n <= 172 here: 1e-5); observed <= 6e-7 everywhere.
+ *   Parameters after 3 clipped AdamW steps (lr 1e-3, wd 0.1), judged on the update p3 - p0 per tensor:
+ *   - AdamW moves an element along d_t = m_t / sqrt(v_t) (bias-corrected), which is scale-free in g: an
+ *     element's relative gradient error becomes the same relative error of d_t, times at most 2 per gradient
+ *     it averages (t = 2, 3; d_1 = sign(g) is exact). For elements with |g| >= TAU x the tensor's rms
+ *     gradient, a gradient error of GRAD_TOL relative to the tensor (L2) is at most GRAD_TOL / TAU relative
+ *     to each such element, so over the tensor (L2) the update errs by at most
+ *       DIR_GAIN x GRAD_TOL / TAU x ||update||,   DIR_GAIN = (2 x 2 + 2 x 3) / 3 = 10/3, taken as 4,
+ *     plus fp32 storage: p is rounded twice per step (decay product, update sum): 6 u ||p3||.
+ *   - Elements whose float64 gradient is nonzero but below TAU x rms (a few per tensor; e.g. the components
+ *     of qwen2's k_proj.bias that RoPE barely rotates, whose exact gradient is ~0 by softmax shift
+ *     invariance) carry a gradient that is mostly rounding: any summation order may flip their step. They
+ *     are counted and printed, and held only to AdamW's own bound: with beta (0.9, 0.95) and t <= 3,
+ *     |m_t / sqrt(v_t)| <= 1.001 (Cauchy-Schwarz), so two correct runs differ by at most
+ *     2 x 3 x lr x (1.001 + wd |p|).
+ *   Which elements are excluded depends only on the float64 reference, never on the code under test.
+ * tests/mutants.sh plants bugs (AdamW bias correction at t-1, eps inside the sqrt, weight decay on norm
+ * weights, RoPE theta 1% off, clipping skipped, LoRA scale alpha instead of alpha/r) in a copy of the source
+ * and shows that each makes this test fail. Runs with and without gradient checkpointing. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -25,8 +35,11 @@
 #include "trainer/optimizer.h"
 
 #define GRAD_TOL 1e-5
-#define PARAM_FACTOR 10.0   /* x PyTorch's fp32 error, model-wide worst (make_fixture's sample) */
-#define ENVELOPE_FACTOR 3.0 /* x PyTorch's fp32 error envelope, per tensor (torch_envelope.py) */
+#define TAU 0.01                   /* elements with |g| below TAU x rms(g) are held to AdamW's step bound only */
+#define DIR_GAIN 4.0               /* update error per unit of relative gradient error (derived above) */
+#define STORE_ROUNDINGS 6.0        /* fp32 roundings of p over 3 steps */
+#define FP32_U 5.9604644775390625e-8 /* 2^-24 */
+#define ADAMW_STEP_MAX 1.001       /* |m_t / sqrt(v_t)| for t <= 3 with betas (0.9, 0.95) */
 
 typedef struct {
     tn_model *m;
@@ -152,18 +165,77 @@ static void transpose_square_block(float *x, const tn_param *p) { /* transpose t
         }
 }
 
+typedef struct {
+    double ratio;           /* worst (update error / its bound) over tensors */
+    char tensor[128];       /* where */
+    int64_t excluded, elements;
+} Step3Worst;
+
+/* Judge every trainable tensor's 3-step update p3 - p0 against float64's (the header derives the bounds). */
+static Step3Worst check_step3(const char *name, tn_model *m, const float *p0, const st_file *gf, const st_file *pf,
+                              double lr, double wd) {
+    Step3Worst w = {0};
+    float *p3 = tn_xmalloc(m->n_trainable * sizeof *p3);
+    m->be->download(p3, m->slab, m->n_trainable);
+    for (int i = 0; i < m->n_params; i++) {
+        const tn_param *p = &m->params[i];
+        if (!p->trainable) continue;
+        int64_t n = 0, ng = 0;
+        double *ref3 = read_f64(pf, p->name, &n), *g = read_f64(gf, p->name, &ng);
+        if (!CHECKF(ref3 && g && n == (int64_t)p->numel && ng == n, "%s: no step-3 reference for %s", name, p->name)) {
+            free(ref3);
+            free(g);
+            continue;
+        }
+        const float *t0 = p0 + p->offset, *t3 = p3 + p->offset;
+        double g2 = 0;
+        int64_t nonzero = 0;
+        for (int64_t k = 0; k < n; k++) g2 += g[k] * g[k], nonzero += g[k] != 0;
+        const double floor_g = TAU * sqrt(g2 / (double)(nonzero ? nonzero : 1));
+        double err2 = 0, upd2 = 0, p2 = 0, worst_excluded = 0;
+        int64_t excluded = 0;
+        for (int64_t k = 0; k < n; k++) {
+            double d = (double)t3[k] - ref3[k];
+            if (g[k] != 0 && fabs(g[k]) < floor_g) {
+                excluded++;
+                double step_bound = 2 * 3 * lr * (ADAMW_STEP_MAX + (p->decay ? wd : 0) * fabs(ref3[k]));
+                worst_excluded = fmax(worst_excluded, fabs(d) / step_bound);
+                continue;
+            }
+            double u = ref3[k] - (double)t0[k];
+            err2 += d * d, upd2 += u * u, p2 += ref3[k] * ref3[k];
+        }
+        double bound = STORE_ROUNDINGS * FP32_U * sqrt(p2) + DIR_GAIN * GRAD_TOL / TAU * sqrt(upd2);
+        double ratio = sqrt(err2) / bound;
+        CHECKF(ratio <= 1.0, "%s: step-3 update of %s errs by %.3g (L2), bound %.3g (%lld elements near zero gradient "
+               "excluded)", name, p->name, sqrt(err2), bound, (long long)excluded);
+        CHECKF(worst_excluded <= 1.0, "%s: step-3 %s: an element with near-zero gradient moved %.3g x AdamW's step "
+               "bound away from float64's", name, p->name, worst_excluded);
+        CHECKF(excluded * 2 <= n, "%s: %s: %lld of %lld elements have near-zero gradient; the fixture no longer "
+               "tests the update", name, p->name, (long long)excluded, (long long)n);
+        if (ratio > w.ratio) {
+            w.ratio = ratio;
+            snprintf(w.tensor, sizeof w.tensor, "%s", p->name);
+        }
+        w.excluded += excluded, w.elements += n;
+        if (getenv("TANDEM_PARITY_VERBOSE"))
+            printf("  %-48s update error %.3g of bound (%lld/%lld near-zero)\n", p->name, ratio, (long long)excluded,
+                   (long long)n);
+        free(ref3);
+        free(g);
+    }
+    free(p3);
+    return w;
+}
+
 static void run_fixture(const char *name, int checkpointing) {
-    char d64[512], d32[512];
+    char d64[512];
     snprintf(d64, sizeof d64, "%s/fixtures/%s-f64", tl_tests_dir(), name);
-    snprintf(d32, sizeof d32, "%s/fixtures/%s-f32", tl_tests_dir(), name);
     fixture_run r = {0};
-    cJSON *exp64 = load_json(d64, "expected.json"), *exp32 = load_json(d32, "expected.json");
-    cJSON *env32 = load_json(d32, "envelope.json");
-    if (!CHECKF(exp64 && exp32 && env32, "%s: expected.json or envelope.json missing", name) ||
+    cJSON *exp64 = load_json(d64, "expected.json");
+    if (!CHECKF(exp64 != NULL, "%s: expected.json missing", name) ||
         !setup(&r, d64, checkpointing)) {
         cJSON_Delete(exp64);
-        cJSON_Delete(exp32);
-        cJSON_Delete(env32);
         teardown(&r);
         return;
     }
@@ -223,6 +295,8 @@ static void run_fixture(const char *name, int checkpointing) {
     double lr = json_num(opt, "lr"), max_norm = json_num(opt, "max_grad_norm");
     int steps = (int)json_num(opt, "steps");
     const cJSON *norms = cJSON_GetObjectItemCaseSensitive(exp64, "grad_norms_preclip");
+    float *p0 = tn_xmalloc(m->n_trainable * sizeof *p0); /* the step-0 trainable slab, for the update */
+    m->be->download(p0, m->slab, m->n_trainable);
     tn_adamw *o = tn_adamw_create(m);
     for (int s = 0; s < steps; s++) {
         if (s > 0) {
@@ -235,35 +309,11 @@ static void run_fixture(const char *name, int checkpointing) {
                ref_norm);
         tn_adamw_step(o, m, &h, lr);
     }
-    const cJSON *diffs = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(exp32, "max_diff_vs_f64"), "params_step3");
-    const cJSON *envelope = cJSON_GetObjectItemCaseSensitive(env32, "params_step3");
-    double worst_ratio = 0, worst_env_ratio = 0, worst_md = 0, worst_torch = 0;
-    for (int i = 0; i < m->n_params; i++) {
-        const tn_param *p = &m->params[i];
-        if (!p->trainable) continue;
-        int64_t n = 0;
-        double *ref = read_f64(&pf, p->name, &n);
-        if (!CHECKF(ref && n == (int64_t)p->numel, "%s: no step-3 reference for %s", name, p->name)) continue;
-        tn_model_get(m, p, host);
-        double md = 0;
-        for (int64_t k = 0; k < n; k++) md = fmax(md, fabs((double)host[k] - ref[k]));
-        double torch_diff = json_num(cJSON_GetObjectItemCaseSensitive(diffs, p->name), "abs");
-        double torch_env = json_num(cJSON_GetObjectItemCaseSensitive(envelope, p->name), "envelope_abs");
-        worst_ratio = fmax(worst_ratio, md / torch_diff);
-        worst_env_ratio = fmax(worst_env_ratio, md / torch_env);
-        worst_md = fmax(worst_md, md);
-        worst_torch = fmax(worst_torch, torch_diff);
-        CHECKF(md <= ENVELOPE_FACTOR * torch_env, "%s: step-3 %s max|diff| %.3g > %g x torch's envelope %.3g", name,
-               p->name, md, ENVELOPE_FACTOR, torch_env);
-        free(ref);
-    }
-    CHECKF(worst_md <= PARAM_FACTOR * worst_torch, "%s: step-3 worst max|diff| %.3g > %g x torch's %.3g", name,
-           worst_md, PARAM_FACTOR, worst_torch);
-    printf("%s%s: logits %.2e, loss %.2e, worst grad rel L2 %.2e, step-3 params: model-wide %.2fx torch's f32 "
-           "error, per tensor worst %.2fx torch's sample / %.2fx its envelope\n",
+    Step3Worst w = check_step3(name, m, p0, &gf, &pf, lr, h.weight_decay);
+    printf("%s%s: logits %.2e, loss %.2e, worst grad rel L2 %.2e, step-3 update error at most %.2f of its bound "
+           "(worst %s), %lld of %lld elements with |g| < %g x rms judged only by AdamW's step bound\n",
            name, checkpointing ? " (checkpointing)" : "", le, fabs(loss - ref_loss) / fabs(ref_loss), worst_grad,
-           worst_md / worst_torch, worst_ratio, worst_env_ratio);
+           w.ratio, w.tensor, (long long)w.excluded, (long long)w.elements, TAU);
 
     /* sensitivity: each of these bugs must be caught by the logits tolerance */
     if (!checkpointing) {
@@ -275,14 +325,13 @@ static void run_fixture(const char *name, int checkpointing) {
                                    nl) > 100 * GRAD_TOL);
     }
     tn_adamw_free(o);
+    free(p0);
     free(host);
     free(ref_logits);
     st_close(&lf);
     st_close(&gf);
     st_close(&pf);
     cJSON_Delete(exp64);
-    cJSON_Delete(exp32);
-    cJSON_Delete(env32);
     teardown(&r);
 }
 

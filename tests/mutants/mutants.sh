@@ -1,0 +1,73 @@
+#!/bin/sh
+# mutants.sh -- shows that the parity test can fail: plants one known bug at a time in a copy of the source,
+# rebuilds the parity test there and requires it to fail. The product code is never touched: each mutant is a
+# literal text replacement in the copy (the script fails if the text is no longer found, so a refactor cannot
+# silently turn a mutant into a no-op).
+# Usage: tests/mutants/mutants.sh [SOURCE_DIR]   (default: the checkout this script is in)
+set -eu
+SRC=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tandem-mutants.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT INT TERM
+mkdir -p "$WORK/src"
+# only what building the parity test needs
+(cd "$SRC" && tar cf - CMakeLists.txt src tests) | (cd "$WORK/src" && tar xf -)
+cmake -S "$WORK/src" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1 ||
+  { cat "$WORK/cmake.log"; echo "mutants: cmake failed"; exit 1; }
+
+build_and_run() { # -> exit status of the parity test; its output in $WORK/run.log
+  cmake --build "$WORK/build" -j "$(nproc)" --target test_parity_fixtures >"$WORK/build.log" 2>&1 ||
+    { tail -20 "$WORK/build.log"; echo "mutants: build failed"; exit 1; }
+  set +e
+  TANDEM_TESTS_DIR="$WORK/src/tests" OMP_NUM_THREADS=2 "$WORK/build/tests/test_parity_fixtures" >"$WORK/run.log" 2>&1
+  rc=$?
+  set -e
+  return $rc
+}
+
+passed=0 failed=0
+if build_and_run; then
+  echo "ok   unmutated source passes the parity test"
+else
+  tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails the parity test"; exit 1
+fi
+
+# mutant NAME FILE OLD NEW: replace the literal OLD by NEW in FILE (relative to src/), expect the test to fail
+mutant() {
+  name=$1 file="$WORK/src/src/$2" old=$3 new=$4
+  cp "$file" "$WORK/orig"
+  OLD="$old" NEW="$new" perl -0pi -e 's/\Q$ENV{OLD}\E/$ENV{NEW}/g' "$file"
+  if cmp -s "$file" "$WORK/orig"; then
+    echo "FAIL $name: text not found in src/$2: $old"; failed=$((failed + 1)); return
+  fi
+  if build_and_run; then
+    echo "FAIL $name: the parity test still passes"; failed=$((failed + 1))
+  else
+    first=$(grep -m1 'check failed' "$WORK/run.log" | sed 's/.*check failed: //' | cut -c1-150)
+    n=$(grep -c "check failed" "$WORK/run.log" || true)
+    echo "ok   $name: caught by $n checks, first: $first"; passed=$((passed + 1))
+    [ -z "${MUTANTS_VERBOSE:-}" ] || grep "check failed" "$WORK/run.log" | sed "s/.*check failed: /       /" | cut -c1-160
+  fi
+  cp "$WORK/orig" "$file"
+}
+
+mutant adamw-bias-correction-t-1 trainer/optimizer.c \
+  'bc1 = 1.0 - pow(h->beta1, o->step), bc2 = 1.0 - pow(h->beta2, o->step)' \
+  'bc1 = 1.0 - pow(h->beta1, o->step - 1), bc2 = 1.0 - pow(h->beta2, o->step - 1)'
+mutant adamw-eps-inside-sqrt backend/cpu_backend.c \
+  'float denom = sqrtf(vi) / bc2_sqrt + epsf;' \
+  'float denom = sqrtf(vi / (bc2_sqrt * bc2_sqrt) + epsf);'
+mutant weight-decay-on-norm-weights model/model.c \
+  'p->decay = ndim >= 2;' \
+  'p->decay = ndim >= 2 || strstr(p->name, "norm") != NULL;'
+mutant rope-theta-1pct-off model/model_forward.c \
+  'pow(m->cfg.rope_theta, ' \
+  'pow(m->cfg.rope_theta * 1.01, '
+mutant grad-clipping-skipped trainer/optimizer.c \
+  'if (coef < 1.0) model->be->scale' \
+  'if (coef < 0.0) model->be->scale'
+mutant lora-scale-alpha-not-alpha-over-r model/model.c \
+  '(float)(m->lora.alpha / m->lora.r)' \
+  '(float)(m->lora.alpha)'
+
+echo "mutants: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
