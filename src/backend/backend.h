@@ -17,6 +17,7 @@ typedef struct tn_backend tn_backend;
 struct tn_backend {
     const char *name;
     int (*num_threads)(void);
+    const char *(*kernel_name)(void); /* the math library's kernel in use, e.g. OpenBLAS's core type */
 
     /* memory */
     float *(*alloc)(size_t n);                       /* zeroed; fatal on failure */

@@ -8,6 +8,7 @@
 
 #include <cblas.h>
 #undef I /* <complex.h> via cblas.h */
+#include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
 #include <omp.h>
@@ -17,6 +18,13 @@
 #define COL_CHUNK 64
 
 static int cpu_num_threads(void) { return omp_get_max_threads(); }
+/* OpenBLAS picks its GEMM kernel per CPU (or OPENBLAS_CORETYPE); summation order, and so the last bits of
+ * every result, depend on it, so runs name it. */
+static const char *cpu_kernel_name(void) {
+    static char name[64];
+    if (!name[0]) snprintf(name, sizeof name, "OpenBLAS %s", openblas_get_corename());
+    return name;
+}
 static float *cpu_alloc(size_t n) { return tn_xalloc_floats(n); }
 static int32_t *cpu_alloc_i32(size_t n) { return tn_xcalloc(n ? n : 1, sizeof(int32_t)); }
 static void cpu_free(void *p) { free(p); }
@@ -237,6 +245,7 @@ static int cpu_all_finite(const float *x, size_t n) {
 static const tn_backend cpu_backend = {
     .name = "cpu",
     .num_threads = cpu_num_threads,
+    .kernel_name = cpu_kernel_name,
     .alloc = cpu_alloc,
     .alloc_i32 = cpu_alloc_i32,
     .free = cpu_free,

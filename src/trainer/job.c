@@ -167,9 +167,9 @@ static void print_banner(const tn_train_config *cfg, const tn_model *m, const tn
            m->cfg.model_type, m->L, m->D, m->V, base / 1e6, m->n_trainable / 1e6,
            m->lora.r ? "LoRA" : "full fine-tuning");
     printf("tandem: %d steps of %d rank(s) x %d x %d sequences x %d tokens, lr %.2g (%s, %d warmup), "
-           "%d threads per rank\n",
+           "%d threads per rank (%s)\n",
            t->total_steps, t->world, t->micro_batch, t->accum, t->data->S, cfg->learning_rate,
-           tn_train_config_sched_name(cfg), t->warmup_steps, m->be->num_threads());
+           tn_train_config_sched_name(cfg), t->warmup_steps, m->be->num_threads(), m->be->kernel_name());
     if (t->comm && t->world > 1) {
         const tn_comm_info *in = tn_comm_get_info(t->comm);
         printf("tandem: data parallel over %d rank(s) on %d machine(s)%s; gradients all-reduced once per step "
