@@ -28,12 +28,15 @@ void tn_dataset_row(const tn_dataset *d, int i, int32_t *ids, int32_t *labels);
 
 void tn_dataset_free(tn_dataset *d);
 
-/* Demo task "demo_addition": "a+b=" -> the digits of a+b, least significant first, then EOS, with a, b in
- * [0, 10^digits). Written that way round every digit depends only on digits already seen (the carry),
- * which a small model learns in a minute; most-significant-first needs many times more steps. The prompt
- * is masked (only the answer and EOS are trained). Problems are split deterministically: a problem is
- * held out iff hash(a, b) falls in the eval fraction, so training never sees an eval problem.
- * which: 0 = training split, 1 = held-out split. */
+/* Demo task "demo_addition": "a+b=" -> a+b, then EOS, with a, b in [0, 10^digits). Every number is written
+ * least significant digit first and zero-padded to a fixed width (digits, digits + 1 for the sum): 35+72 is
+ * "53+27=701". Then each digit of the sum sits at the same distance from the two digits it adds and from
+ * the carry's digits, whatever the position, so one attention pattern serves every digit, and each digit
+ * depends only on digits already seen. A small model learns that within a few hundred steps; written the
+ * usual way (variable widths, most significant first) it sits on a loss plateau whose length depended on
+ * rounding (the BLAS kernel). The prompt is masked (only the answer and EOS are trained). Problems are
+ * split deterministically: a problem is held out iff hash(a, b) falls in the eval fraction, so training
+ * never sees an eval problem. which: 0 = training split, 1 = held-out split. */
 int tn_demo_addition(int digits, int n, int which, uint64_t seed, int S, tn_dataset *d);
 /* Encode prompt bytes for generation: BOS + text. Returns the length written (<= cap). */
 int tn_demo_encode_prompt(const char *text, int32_t *ids, int cap);

@@ -8,12 +8,10 @@
 
 #define EVAL_PER_MILLE 50 /* 5% of all problems are held out */
 
-static void reverse(char *s) {
-    for (size_t i = 0, j = strlen(s); i + 1 < j; i++, j--) {
-        char t = s[i];
-        s[i] = s[j - 1];
-        s[j - 1] = t;
-    }
+/* x as exactly `width` decimal digits, least significant first, zero-padded: 35 at width 3 is "530". */
+static void digits_lsd_first(int x, int width, char *out) {
+    for (int i = 0; i < width; i++, x /= 10) out[i] = (char)('0' + x % 10);
+    out[width] = 0;
 }
 
 static int is_held_out(int a, int b) {
@@ -29,7 +27,7 @@ int tn_demo_encode_prompt(const char *text, int32_t *ids, int cap) {
 
 int tn_demo_addition(int digits, int n, int which, uint64_t seed, int S, tn_dataset *d) {
     if (digits < 1 || digits > 6) return tn_err("demo_addition: digits must be 1..6, got %d", digits);
-    int need = 1 + 2 * digits + 2 + (digits + 1) + 1; /* BOS a + b = sum EOS */
+    int need = 1 + 2 * digits + 2 + (digits + 1) + 1; /* BOS a + b = sum EOS (every number fixed-width) */
     if (S < need) return tn_err("demo_addition: cutoff_len %d is shorter than a %d-digit problem (%d tokens)", S, digits, need);
     int limit = 1;
     for (int i = 0; i < digits; i++) limit *= 10;
@@ -45,10 +43,11 @@ int tn_demo_addition(int digits, int n, int which, uint64_t seed, int S, tn_data
             a = (int)(tn_rng_next(&rng) % (uint64_t)limit);
             b = (int)(tn_rng_next(&rng) % (uint64_t)limit);
         } while (is_held_out(a, b) != which);
-        char prompt[32], answer[16];
-        snprintf(prompt, sizeof prompt, "%d+%d=", a, b);
-        snprintf(answer, sizeof answer, "%d", a + b);
-        reverse(answer); /* least significant digit first: each digit then depends only on digits already seen */
+        char prompt[32], da[8], db[8], answer[8];
+        digits_lsd_first(a, digits, da);
+        digits_lsd_first(b, digits, db);
+        digits_lsd_first(a + b, digits + 1, answer);
+        snprintf(prompt, sizeof prompt, "%s+%s=", da, db);
         int32_t *ids = d->ids + (size_t)i * S, *lab = d->labels + (size_t)i * S;
         int len = tn_demo_encode_prompt(prompt, ids, S);
         for (int j = 0; j < len; j++) lab[j] = -100; /* prompt is not trained */

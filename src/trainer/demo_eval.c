@@ -10,15 +10,33 @@
 
 #define EVAL_BATCH 50
 
-/* Bytes of ids[from, to) as text (specials dropped); reversed = read back to front (the demo's sums
- * are written least-significant digit first; they are shown the usual way round). */
-static void detok(const int32_t *ids, int from, int to, int reversed, char *out, size_t cap) {
+/* Bytes of ids[from, to) as text (specials dropped). */
+static void detok(const int32_t *ids, int from, int to, char *out, size_t cap) {
     size_t n = 0;
-    for (int k = from; k < to && n + 1 < cap; k++) {
-        int i = reversed ? to - 1 - (k - from) : k;
-        if (ids[i] < 256) out[n++] = (char)ids[i];
+    for (int k = from; k < to && n + 1 < cap; k++)
+        if (ids[k] < 256) out[n++] = (char)ids[k];
+    out[n] = 0;
+}
+
+/* The demo writes numbers least significant digit first and zero-padded ("53+27=" is 35+72); shown the usual
+ * way round: each run of digits reversed, leading zeros dropped. */
+static void usual_order(char *s) {
+    char out[64];
+    size_t n = 0;
+    for (char *p = s; *p && n + 1 < sizeof out;) {
+        if (*p < '0' || *p > '9') {
+            out[n++] = *p++;
+            continue;
+        }
+        char *e = p;
+        while (*e >= '0' && *e <= '9') e++;
+        char *q = e - 1;
+        while (q > p && *q == '0') q--; /* leading zeros of the usual form */
+        for (; q >= p && n + 1 < sizeof out; q--) out[n++] = *q;
+        p = e;
     }
     out[n] = 0;
+    memcpy(s, out, n + 1);
 }
 
 double tn_demo_report(tn_model *m, const tn_dataset *eval, int show) {
@@ -46,11 +64,14 @@ double tn_demo_report(tn_model *m, const tn_dataset *eval, int show) {
             total++;
             if (shown < show) {
                 char prompt[64], answer[64], expect[64];
-                detok(got, 0, plen[b], 0, prompt, sizeof prompt);
-                detok(got, plen[b], lens[b], 1, answer, sizeof answer);
+                detok(got, 0, plen[b], prompt, sizeof prompt);
+                detok(got, plen[b], lens[b], answer, sizeof answer);
                 int e = plen[b];
                 while (e < S && want[e] != TN_BYTE_EOS) e++;
-                detok(want, plen[b], e, 1, expect, sizeof expect);
+                detok(want, plen[b], e, expect, sizeof expect);
+                usual_order(prompt);
+                usual_order(answer);
+                usual_order(expect);
                 if (ok)
                     printf("  %-10s %-6s ok\n", prompt, answer);
                 else
