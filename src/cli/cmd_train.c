@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "comm/comm.h"
+#include "config/deepspeed_config.h"
 #include "config/train_config.h"
 #include "core/core.h"
 #include "trainer/job.h"
@@ -23,22 +24,33 @@ static void set_threads(const tn_comm_info *in) {
 }
 
 /* Same YAML bytes and the same overrides on every rank (checked before training). */
-static uint64_t config_fingerprint(const char *path, int argc, char **argv) {
+static uint64_t config_fingerprint(const char *path, const char *deepspeed, int argc, char **argv) {
     size_t n = 0;
     char *text = tn_read_file(path, &n, 0);
     uint64_t h = text ? tn_hash64(text, n, 17) : 0;
     free(text);
+    if (deepspeed[0] && (text = tn_read_file(deepspeed, &n, 0)) != NULL) { /* the JSON it names, too */
+        h = tn_hash64(text, n, h);
+        free(text);
+    }
     for (int i = 1; i < argc; i++) h = tn_hash64(argv[i], strlen(argv[i]) + 1, h);
     return h;
 }
 
-static int load_config(int argc, char **argv, tn_train_config *cfg) {
+/* The YAML, its overrides, and the DeepSpeed JSON it names (its notes join the YAML's). */
+static int load_config(int argc, char **argv, int world, tn_train_config *cfg) {
     int rc = tn_train_config_load(argv[0], cfg);
     for (int i = 1; i < argc && rc == 0; i++) {
         if (!strchr(argv[i], '=')) return tn_err("command line: '%s' is not key=value", argv[i]);
         rc = tn_train_config_override(cfg, argv[i]);
     }
     if (rc == 0) rc = tn_train_config_finish(cfg);
+    if (rc == 0 && cfg->deepspeed[0]) {
+        static tn_deepspeed_config ds;
+        rc = tn_deepspeed_config_load(cfg->deepspeed, cfg, world, &ds);
+        size_t used = strlen(cfg->notices);
+        if (rc == 0) snprintf(cfg->notices + used, sizeof cfg->notices - used, "%s", ds.notes);
+    }
     return rc;
 }
 
@@ -55,13 +67,13 @@ int tn_cmd_train(int argc, char **argv) {
     const tn_comm_info *in = tn_comm_get_info(comm);
     set_threads(in);
     static tn_train_config cfg;
-    int rc = load_config(argc, argv, &cfg);
+    int rc = load_config(argc, argv, in->size, &cfg);
     /* a config error is the same on every rank: rank 0 reports it; the fingerprint check comes after, so
      * a rank with a different file is named by it */
     int first = tn_replica_first_failure(comm, rc != 0);
     if (first >= 0) rc = first == in->rank ? -1 : -2;
     int collective = rc != 0; /* the same error on every rank: no rank prefix */
-    uint64_t cfg_fp = rc == 0 ? config_fingerprint(argv[0], argc, argv) : 0;
+    uint64_t cfg_fp = rc == 0 ? config_fingerprint(argv[0], cfg.deepspeed, argc, argv) : 0;
     if (rc == 0 && in->size > 1) {
         uint64_t build = tn_build_fingerprint();
         const char *secret = getenv("TANDEM_JOB_SECRET");

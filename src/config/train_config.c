@@ -53,7 +53,7 @@ typedef struct key_def {
 #define NOTICE K_NOTICE, 0, 0, NOLIM, 0, 0 /* accepted, changes nothing; `expect` says what tandem does */
 
 enum { PATH_MODEL = 1u, PATH_MODEL_CONFIG = 2u, PATH_OUTPUT = 4u, PATH_DATASET_DIR = 8u, PATH_ADAPTER = 16u,
-       PATH_EXPORT = 32u };
+       PATH_EXPORT = 32u, PATH_DEEPSPEED = 64u };
 
 static int set_finetuning_type(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_lora_target(tn_train_config *c, const key_def *k, const char *v, char *msg);
@@ -161,7 +161,7 @@ static const key_def KEYS[] = {
     {"dataloader_num_workers", NOTICE, 0, 0, "batches are read from the tokenized cache in the training process", NULL},
     {"overwrite_cache", NOTICE, 0, 0, "the tokenized cache is keyed by the data, template, tokenizer and cutoff_len, so it is rebuilt whenever they change", NULL},
     {"report_to", NOTICE, 1, 0, "metrics go to trainer_log.jsonl and the console only", NULL},
-    {"deepspeed", NOTICE, 0, 0, "no DeepSpeed: every rank holds the model; gradients are all-reduced once per step, hierarchically across machines", NULL},
+    {"deepspeed", PATH(deepspeed), 0, PATH_DEEPSPEED, "a path to a DeepSpeed JSON config", NULL},
     {"bf16", NOTICE, 0, 0, "tandem has only its CPU backend so far, which computes in fp32", NULL},
     {"fp16", NOTICE, 0, 0, "tandem has only its CPU backend so far, which computes in fp32", NULL},
     {"pure_bf16", NOTICE, 0, 0, "trainable weights and optimizer state stay fp32", NULL},

@@ -62,6 +62,7 @@ typedef struct {
     int disable_gradient_checkpointing;
     int seed;                             /* default 42 */
     /* distributed */
+    char deepspeed[TN_PATH_MAX];          /* a DeepSpeed JSON (LLaMA-Factory's key), read by deepspeed_config.h */
     double ddp_bucket_cap_mb;
     int max_bad_steps;                    /* tandem: consecutive non-finite steps (skipped) before the run stops;
                                            * default 10 */
