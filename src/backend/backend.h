@@ -28,6 +28,8 @@ struct tn_backend {
     void (*upload_i32)(int32_t *dst, const int32_t *host, size_t n);
     void (*zero)(float *p, size_t n);
     void (*copy)(float *dst, const float *src, size_t n);
+    /* dst[r, 0:cols) = src[r, 0:cols) for r < rows (row strides ldd, lds) */
+    void (*copy_rows)(float *dst, int ldd, const float *src, int lds, int rows, int cols);
 
     /* C[M,N] = alpha * op(A)[M,K] op(B)[K,N] + beta * C  (row-major, leading dimensions given) */
     void (*matmul)(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
@@ -47,6 +49,14 @@ struct tn_backend {
     /* dx += d/dx (accumulated: dx holds the residual stream gradient), dw += (if dw) */
     void (*rmsnorm_backward)(float *dx, float *dw, const float *dy, const float *x, const float *w,
                              const float *rstd, int T, int D);
+
+    /* RMSNorm of each head, as Qwen3's q_norm / k_norm: head h of row t is the hd values at column h*hd of
+     * x [T, ldx] (and of y [T, ldy]); y = w * (x * rstd), rstd[t * nheads + h] saved for backward. */
+    void (*head_rmsnorm_forward)(float *y, int ldy, float *rstd, const float *x, int ldx, const float *w, int T,
+                                 int nheads, int hd, float eps);
+    /* dx [T, lddx] WRITTEN (not accumulated; dx may be dy itself), dw += (if dw) */
+    void (*head_rmsnorm_backward)(float *dx, int lddx, float *dw, const float *dy, int lddy, const float *x,
+                                  int ldx, const float *w, const float *rstd, int T, int nheads, int hd);
 
     /* rotary embedding in place on heads [T, ld], columns [0, nheads*hd), position of row t = t % S;
      * cos/sin tables [S, hd/2]; inverse=1 applies the transpose (backward). HF rotate_half layout. */

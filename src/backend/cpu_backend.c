@@ -33,6 +33,10 @@ static void cpu_download(float *host, const float *src, size_t n) { memcpy(host,
 static void cpu_upload_i32(int32_t *dst, const int32_t *h, size_t n) { memcpy(dst, h, n * sizeof *dst); }
 static void cpu_zero(float *p, size_t n) { memset(p, 0, n * sizeof *p); }
 static void cpu_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof *dst); }
+static void cpu_copy_rows(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) memcpy(dst + (size_t)r * ldd, src + (size_t)r * lds, (size_t)cols * sizeof *dst);
+}
 
 void tn_cpu_matmul(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                    int ldb, float beta, float *C, int ldc) {
@@ -119,6 +123,52 @@ static void cpu_rmsnorm_backward(float *dx, float *dw, const float *dy, const fl
         }
         for (int j = c0; j < c1; j++) dw[j] += acc[j - c0];
     }
+}
+
+static void cpu_head_rmsnorm_forward(float *y, int ldy, float *rstd, const float *x, int ldx, const float *w, int T,
+                                     int nheads, int hd, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nheads; h++) {
+            const float *xr = x + (size_t)t * ldx + (size_t)h * hd;
+            float *yr = y + (size_t)t * ldy + (size_t)h * hd;
+            float r = 1.0f / sqrtf(tn_dot(xr, xr, hd) / (float)hd + eps);
+            rstd[(size_t)t * nheads + h] = r;
+            for (int j = 0; j < hd; j++) yr[j] = w[j] * (xr[j] * r);
+        }
+}
+
+/* Columns of dw per thread: dw[j] sums over every (row, head), so threads own columns, not rows. */
+#define HEAD_COL_CHUNK 16
+
+static void cpu_head_rmsnorm_backward(float *dx, int lddx, float *dw, const float *dy, int lddy, const float *x,
+                                      int ldx, const float *w, const float *rstd, int T, int nheads, int hd) {
+    /* dw first: dx may overwrite dy. dw[j] += sum dy[j] xhat[j] */
+    if (dw) {
+#pragma omp parallel for schedule(static)
+        for (int c0 = 0; c0 < hd; c0 += HEAD_COL_CHUNK) {
+            int c1 = c0 + HEAD_COL_CHUNK < hd ? c0 + HEAD_COL_CHUNK : hd;
+            float acc[HEAD_COL_CHUNK] = {0};
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < nheads; h++) {
+                    const float *xr = x + (size_t)t * ldx + (size_t)h * hd, *dyr = dy + (size_t)t * lddy + (size_t)h * hd;
+                    float r = rstd[(size_t)t * nheads + h];
+                    for (int j = c0; j < c1; j++) acc[j - c0] += dyr[j] * (xr[j] * r);
+                }
+            for (int j = c0; j < c1; j++) dw[j] += acc[j - c0];
+        }
+    }
+    /* dx = r (dy w - xhat mean(dy w xhat)), the whole head's dot taken before any element is overwritten */
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nheads; h++) {
+            const float *xr = x + (size_t)t * ldx + (size_t)h * hd, *dyr = dy + (size_t)t * lddy + (size_t)h * hd;
+            float *dxr = dx + (size_t)t * lddx + (size_t)h * hd;
+            float r = rstd[(size_t)t * nheads + h], dot = 0.0f;
+            for (int j = 0; j < hd; j++) dot += dyr[j] * w[j] * xr[j];
+            float c = dot * r * r / (float)hd;
+            for (int j = 0; j < hd; j++) dxr[j] = r * (dyr[j] * w[j] - xr[j] * c);
+        }
 }
 
 static void cpu_rope(float *x, int T, int S, int nheads, int hd, int ld, const float *cos, const float *sin,
@@ -254,6 +304,7 @@ static const tn_backend cpu_backend = {
     .upload_i32 = cpu_upload_i32,
     .zero = cpu_zero,
     .copy = cpu_copy,
+    .copy_rows = cpu_copy_rows,
     .matmul = tn_cpu_matmul,
     .add_bias = cpu_add_bias,
     .bias_backward = cpu_bias_backward,
@@ -261,6 +312,8 @@ static const tn_backend cpu_backend = {
     .embedding_backward = cpu_embedding_backward,
     .rmsnorm_forward = cpu_rmsnorm_forward,
     .rmsnorm_backward = cpu_rmsnorm_backward,
+    .head_rmsnorm_forward = cpu_head_rmsnorm_forward,
+    .head_rmsnorm_backward = cpu_head_rmsnorm_backward,
     .rope = cpu_rope,
     .attention_forward = tn_cpu_attention_forward,
     .attention_backward = tn_cpu_attention_backward,

@@ -114,6 +114,10 @@ static void layout_pass(layout_builder *lb) {
         }
         add_param(lb, full, 2, m->D, q, "model.layers.%d.self_attn.o_proj.weight", l);
         if (c->o_bias) add_param(lb, full, 1, m->D, 0, "model.layers.%d.self_attn.o_proj.bias", l);
+        if (c->qk_norm) {
+            add_param(lb, full, 1, m->hd, 0, "model.layers.%d.self_attn.q_norm.weight", l);
+            add_param(lb, full, 1, m->hd, 0, "model.layers.%d.self_attn.k_norm.weight", l);
+        }
         add_param(lb, full, 1, m->D, 0, "model.layers.%d.post_attention_layernorm.weight", l);
         add_param(lb, full, 2, m->I, m->D, "model.layers.%d.mlp.gate_proj.weight", l);
         add_param(lb, full, 2, m->I, m->D, "model.layers.%d.mlp.up_proj.weight", l);
@@ -147,6 +151,8 @@ static void bind_tensors(tn_model *m, float *slab, tn_layer_tensors *lt, int gra
         t->bqkv = param_ptr(m, slab, "model.layers.%d.self_attn.q_proj.bias", l, grads);
         t->wo = param_ptr(m, slab, "model.layers.%d.self_attn.o_proj.weight", l, grads);
         t->bo = param_ptr(m, slab, "model.layers.%d.self_attn.o_proj.bias", l, grads);
+        t->qn = param_ptr(m, slab, "model.layers.%d.self_attn.q_norm.weight", l, grads);
+        t->kn = param_ptr(m, slab, "model.layers.%d.self_attn.k_norm.weight", l, grads);
         t->ln2 = param_ptr(m, slab, "model.layers.%d.post_attention_layernorm.weight", l, grads);
         t->wgu = param_ptr(m, slab, "model.layers.%d.mlp.gate_proj.weight", l, grads);
         t->wdown = param_ptr(m, slab, "model.layers.%d.mlp.down_proj.weight", l, grads);

@@ -1,4 +1,4 @@
-/* model -- a LLaMA-family decoder (llama, qwen2, mistral) with optional PEFT-style LoRA.
+/* model -- a LLaMA-family decoder (llama, qwen2, qwen3, mistral) with optional PEFT-style LoRA.
  *
  * Owns: the parameter layout (one flat slab per kind of state, fixed tensor order), HF names, loading
  * and saving HF model folders and PEFT adapters, random initialisation, and the layer-by-layer
@@ -45,6 +45,7 @@ typedef struct {
 
 typedef struct {        /* pointers into a slab; NULL where absent (or frozen, for gradients) */
     float *ln1, *wqkv, *bqkv, *wo, *bo, *ln2, *wgu, *wdown;
+    float *qn, *kn;     /* Qwen3: q_norm, k_norm [hd] */
     tn_lora_pair lora[TN_LT_COUNT];
 } tn_layer_tensors;
 

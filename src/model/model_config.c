@@ -15,10 +15,11 @@
 
 #define MC_MAX_FILE ((size_t)16 << 20)
 
-static const char *const k_types[] = {"llama", "qwen2", "mistral"};
-static const char *const k_archs[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"};
-#define MC_NTYPES 3
-#define MC_ACCEPTED "llama, qwen2, mistral"
+enum { MC_LLAMA, MC_QWEN2, MC_MISTRAL, MC_QWEN3, MC_NTYPES };
+static const char *const k_types[MC_NTYPES] = {"llama", "qwen2", "mistral", "qwen3"};
+static const char *const k_archs[MC_NTYPES] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM",
+                                               "Qwen3ForCausalLM"};
+#define MC_ACCEPTED "llama, qwen2, qwen3, mistral"
 
 static int type_index(const char *t) {
     for (int i = 0; i < MC_NTYPES; i++)
@@ -161,7 +162,7 @@ static int reject_unsupported(const cJSON *root, const char *path, const tn_mode
     int flag = 0;
     if (get_bool(root, "mlp_bias", path, &flag) != 0) return -1;
     if (flag) return tn_err("%s: key 'mlp_bias': true is not supported", path);
-    if (strcmp(c->model_type, "qwen2") == 0) {
+    if (strcmp(c->model_type, "qwen2") == 0 || strcmp(c->model_type, "qwen3") == 0) {
         if (get_bool(root, "use_sliding_window", path, &flag) != 0) return -1;
         if (flag) return tn_err("%s: key 'use_sliding_window': sliding-window attention is not supported", path);
     }
@@ -234,9 +235,10 @@ int tn_model_config_finish(tn_model_config *c, const char *path) {
         return tn_err("%s: key 'rms_norm_eps' must be a positive number, got %g", path, c->rms_norm_eps);
     if (!(c->initializer_range >= 0) || !isfinite(c->initializer_range))
         return tn_err("%s: key 'initializer_range' must be a non-negative number, got %g", path, c->initializer_range);
-    int qwen = strcmp(c->model_type, "qwen2") == 0;
-    c->qkv_bias = qwen ? 1 : c->attention_bias != 0; /* Qwen2 always has q/k/v biases, never an o bias */
-    c->o_bias = qwen ? 0 : c->attention_bias != 0;
+    int type = type_index(c->model_type);
+    c->qkv_bias = type == MC_QWEN2 ? 1 : c->attention_bias != 0; /* Qwen2 always has q/k/v biases, never an o bias */
+    c->o_bias = type == MC_QWEN2 ? 0 : c->attention_bias != 0;
+    c->qk_norm = type == MC_QWEN3;
     return 0;
 }
 
@@ -302,10 +304,10 @@ static void put_body(FILE *o, const tn_model_config *c, int type) {
     put_double(o, "rms_norm_eps", c->rms_norm_eps);
     put_double(o, "initializer_range", c->initializer_range);
     put_bool(o, "tie_word_embeddings", c->tie_word_embeddings);
-    if (type != 1) put_bool(o, "attention_bias", c->attention_bias);
+    if (type != MC_QWEN2) put_bool(o, "attention_bias", c->attention_bias);
     /* HF's defaults would turn sliding windows on: MistralConfig sliding_window = 4096 */
-    if (type == 1) put_bool(o, "use_sliding_window", 0);
-    if (type == 2) {
+    if (type == MC_QWEN2 || type == MC_QWEN3) put_bool(o, "use_sliding_window", 0);
+    if (type == MC_MISTRAL) {
         put_key(o, "sliding_window");
         fputs("null", o);
     }

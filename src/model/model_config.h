@@ -1,4 +1,4 @@
-/* model_config -- the Hugging Face config.json of a LLaMA-family decoder (llama, qwen2, mistral).
+/* model_config -- the Hugging Face config.json of a LLaMA-family decoder (llama, qwen2, qwen3, mistral).
  *
  * Reads the keys the model needs, applies HF's defaults for absent optional keys, and rejects what
  * tandem cannot run (another model_type, head counts that do not divide, rope_scaling, sliding window
@@ -7,7 +7,7 @@
 #define TN_MODEL_CONFIG_H
 
 typedef struct {
-    char model_type[16];       /* "llama" | "qwen2" | "mistral" */
+    char model_type[16];       /* "llama" | "qwen2" | "qwen3" | "mistral" */
     int vocab_size;
     int hidden_size;
     int intermediate_size;
@@ -19,9 +19,10 @@ typedef struct {
     double rope_theta;         /* default 10000 */
     double rms_norm_eps;       /* default 1e-6 (HF LlamaConfig default) */
     int tie_word_embeddings;   /* default 0 */
-    int attention_bias;        /* llama/mistral: bias on q,k,v,o (default 0) */
-    int qkv_bias;              /* derived: qwen2 => 1; llama => attention_bias */
-    int o_bias;                /* derived: llama/mistral attention_bias */
+    int attention_bias;        /* llama/mistral/qwen3: bias on q,k,v,o (default 0) */
+    int qkv_bias;              /* derived: qwen2 => 1; others => attention_bias */
+    int o_bias;                /* derived: llama/mistral/qwen3 attention_bias */
+    int qk_norm;               /* derived: qwen3 => RMSNorm of each q and k head (q_norm, k_norm [head_dim]) */
     double initializer_range;  /* default 0.02 */
     int bos_token_id, eos_token_id; /* -1 when absent */
     char torch_dtype[16];      /* as written ("float32", "bfloat16", ...), informational */

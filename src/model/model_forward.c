@@ -14,7 +14,9 @@
 
 typedef struct {
     float *xn1, *rstd1;  /* [T, D], [T]  input_layernorm output and 1/rms */
-    float *qkv;          /* [T, Q3]      q|k|v after bias, LoRA and rotary */
+    float *qkv;          /* [T, Q3]      q|k|v after bias, LoRA, (Qwen3) head norm and rotary */
+    float *qk_raw;       /* [T, QK]      Qwen3: q|k before the head norm (QK = (H + KV) hd) */
+    float *qk_rstd;      /* [T, H + KV]  Qwen3: 1/rms per q head, then per k head (T H, then T KV) */
     float *lse;          /* [B, H, S]    attention log-sum-exp per row */
     float *att;          /* [T, H hd]    attention output (o_proj input) */
     float *h;            /* [T, D]       residual after attention */
@@ -59,6 +61,8 @@ static void carve_layer(const tn_model *m, const tn_acts *a, layer_acts *s, floa
     s->xn1 = take(cur, T * m->D);
     s->rstd1 = take(cur, T);
     s->qkv = take(cur, T * m->qkv_cols);
+    s->qk_raw = m->cfg.qk_norm ? take(cur, T * (m->H + m->KV) * m->hd) : NULL;
+    s->qk_rstd = m->cfg.qk_norm ? take(cur, T * (m->H + m->KV)) : NULL;
     s->lse = take(cur, (size_t)a->B * m->H * a->S);
     s->att = take(cur, T * m->H * m->hd);
     s->h = take(cur, T * m->D);
@@ -220,8 +224,9 @@ static void layer_forward(const tn_model *m, tn_acts *a, int l, const float *x, 
     const tn_layer_tensors *w = &m->w[l];
     layer_acts *s = &a->layer[l];
     const int T = a->T, D = m->D, I = m->I, Q3 = m->qkv_cols, HD = m->H * m->hd, KVD = m->KV * m->hd;
+    const float eps = (float)m->cfg.rms_norm_eps;
 
-    be->rmsnorm_forward(s->xn1, s->rstd1, x, w->ln1, T, D, (float)m->cfg.rms_norm_eps);
+    be->rmsnorm_forward(s->xn1, s->rstd1, x, w->ln1, T, D, eps);
     /* qkv [T, Q3] = xn1 [T, D] Wqkv^T [D, Q3] + b, + LoRA per projection, then rotary on q and k */
     be->matmul(0, 1, T, Q3, D, 1.0f, s->xn1, D, w->wqkv, D, 0.0f, s->qkv, Q3);
     if (w->bqkv) be->add_bias(s->qkv, w->bqkv, T, Q3, Q3);
@@ -230,6 +235,12 @@ static void layer_forward(const tn_model *m, tn_acts *a, int l, const float *x, 
                  lora_seed(seed, l, TN_LT_K));
     lora_forward(m, a, &w->lora[TN_LT_V], s->la[TN_LT_V], s->xn1, D, KVD, s->qkv + HD + KVD, Q3,
                  lora_seed(seed, l, TN_LT_V));
+    if (w->qn) { /* Qwen3: RMSNorm of each q and k head before rotary; the raw values are kept for backward */
+        be->copy_rows(s->qk_raw, HD + KVD, s->qkv, Q3, T, HD + KVD);
+        be->head_rmsnorm_forward(s->qkv, Q3, s->qk_rstd, s->qk_raw, HD + KVD, w->qn, T, m->H, m->hd, eps);
+        be->head_rmsnorm_forward(s->qkv + HD, Q3, s->qk_rstd + (size_t)T * m->H, s->qk_raw + HD, HD + KVD, w->kn, T,
+                                 m->KV, m->hd, eps);
+    }
     be->rope(s->qkv, T, a->S, m->H, m->hd, Q3, a->rope_cos, a->rope_sin, 0);
     be->rope(s->qkv + HD, T, a->S, m->KV, m->hd, Q3, a->rope_cos, a->rope_sin, 0);
     /* att [T, H hd] = causal softmax(q k^T / sqrt(hd)) v */
@@ -240,7 +251,7 @@ static void layer_forward(const tn_model *m, tn_acts *a, int l, const float *x, 
     if (w->bo) be->add_bias(s->h, w->bo, T, D, D);
     lora_forward(m, a, &w->lora[TN_LT_O], s->la[TN_LT_O], s->att, HD, D, s->h, D, lora_seed(seed, l, TN_LT_O));
     /* MLP: gu [T, 2I] = xn2 Wgu^T ; act = silu(gate) * up ; out = h + act Wdown^T */
-    be->rmsnorm_forward(s->xn2, s->rstd2, s->h, w->ln2, T, D, (float)m->cfg.rms_norm_eps);
+    be->rmsnorm_forward(s->xn2, s->rstd2, s->h, w->ln2, T, D, eps);
     be->matmul(0, 1, T, 2 * I, D, 1.0f, s->xn2, D, w->wgu, D, 0.0f, s->gu, 2 * I);
     lora_forward(m, a, &w->lora[TN_LT_GATE], s->la[TN_LT_GATE], s->xn2, D, I, s->gu, 2 * I,
                  lora_seed(seed, l, TN_LT_GATE));
@@ -280,6 +291,12 @@ static void layer_backward(tn_model *m, tn_acts *a, int l, const float *x, uint6
     be->attention_backward(a->dqkv, a->datt, s->att, s->lse, s->qkv, a->B, a->S, m->H, m->KV, m->hd, Q3);
     be->rope(a->dqkv, T, a->S, m->H, m->hd, Q3, a->rope_cos, a->rope_sin, 1);
     be->rope(a->dqkv + HD, T, a->S, m->KV, m->hd, Q3, a->rope_cos, a->rope_sin, 1);
+    if (w->qn) { /* through Qwen3's head norms, in place: d(normed q|k) -> d(raw q|k) */
+        be->head_rmsnorm_backward(a->dqkv, Q3, dw->qn, a->dqkv, Q3, s->qk_raw, HD + KVD, w->qn, s->qk_rstd, T, m->H,
+                                  m->hd);
+        be->head_rmsnorm_backward(a->dqkv + HD, Q3, dw->kn, a->dqkv + HD, Q3, s->qk_raw + HD, HD + KVD, w->kn,
+                                  s->qk_rstd + (size_t)T * m->H, T, m->KV, m->hd);
+    }
     linear_backward(m, T, D, Q3, a->dqkv, Q3, s->xn1, w->wqkv, dw->wqkv, dw->bqkv, a->dxn, 0.0f);
     lora_backward(m, a, &w->lora[TN_LT_Q], &dw->lora[TN_LT_Q], s->la[TN_LT_Q], s->xn1, D, HD, a->dqkv, Q3, a->dxn,
                   lora_seed(seed, l, TN_LT_Q));

@@ -68,6 +68,9 @@ mutant grad-clipping-skipped trainer/optimizer.c \
 mutant lora-scale-alpha-not-alpha-over-r model/model.c \
   '(float)(m->lora.alpha / m->lora.r)' \
   '(float)(m->lora.alpha)'
+mutant qwen3-k-heads-normed-with-q-norm model/model_forward.c \
+  's->qk_raw + HD, HD + KVD, w->kn, T,' \
+  's->qk_raw + HD, HD + KVD, w->qn, T,'
 
 echo "mutants: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,6 +1,7 @@
 /* Parity with the independent PyTorch reference (../shared/ref/llama_ref.py via make_fixture.py).
  *
- * For each committed fixture (llama GQA, qwen2 with biases + tied embeddings, llama LoRA) tandem computes in
+ * For each committed fixture (llama GQA, qwen2 with biases + tied embeddings, llama LoRA, qwen3 with per-head q/k
+ * norms and head_dim 24 != hidden 64 / 4 heads, qwen3 LoRA) tandem computes in
  * fp32 and is compared with PyTorch's float64 results, with bounds that follow from fp32 arithmetic alone
  * (u = 2^-24), never from one machine's measurement, so any BLAS kernel (OPENBLAS_CORETYPE) must pass:
  *   loss, logits, every gradient: relative L2 error <= GRAD_TOL = 1e-5 per tensor. A length-n fp32 dot
@@ -152,6 +153,9 @@ static double mutated_logits_error(fixture_run *r, const char *name, void (*f)(f
 }
 
 static void zero_all(float *x, const tn_param *p) { memset(x, 0, p->numel * sizeof *x); }
+static void set_ones(float *x, const tn_param *p) {
+    for (size_t i = 0; i < p->numel; i++) x[i] = 1.0f;
+}
 static void negate(float *x, const tn_param *p) {
     for (size_t i = 0; i < p->numel; i++) x[i] = -x[i];
 }
@@ -320,6 +324,9 @@ static void run_fixture(const char *name, int checkpointing) {
         if (m->cfg.qkv_bias)
             CHECK(mutated_logits_error(&r, "model.layers.0.self_attn.k_proj.bias", zero_all, ref_logits, nl) >
                   100 * GRAD_TOL);
+        if (m->cfg.qk_norm) /* the fixture's norm weights are 1 + N(0, 0.1): a norm applied without its weight */
+            CHECK(mutated_logits_error(&r, "model.layers.0.self_attn.k_norm.weight", set_ones, ref_logits, nl) >
+                  100 * GRAD_TOL);
         CHECK(mutated_logits_error(&r, "model.layers.1.mlp.down_proj.weight", negate, ref_logits, nl) > 100 * GRAD_TOL);
         CHECK(mutated_logits_error(&r, "model.layers.0.self_attn.o_proj.weight", transpose_square_block, ref_logits,
                                    nl) > 100 * GRAD_TOL);
@@ -336,8 +343,9 @@ static void run_fixture(const char *name, int checkpointing) {
 }
 
 int main(void) {
-    const char *names[] = {"llama", "qwen2", "llama-lora"};
-    for (int i = 0; i < 3; i++) {
+    /* qwen3-lora: ../shared/ref/make_fixture.py --config qwen3-f32/model/config.json --lora 4,8 --name qwen3-lora */
+    const char *names[] = {"llama", "qwen2", "llama-lora", "qwen3", "qwen3-lora"};
+    for (int i = 0; i < 5; i++) {
         run_fixture(names[i], 0);
         run_fixture(names[i], 1);
     }

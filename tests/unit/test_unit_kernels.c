@@ -1,5 +1,5 @@
 /* test_unit_kernels -- the CPU backend's kernels against plain double-precision loops written here, on
- * small odd sizes: rmsnorm, rope, swiglu, cross-entropy, causal GQA attention (forward and backward),
+ * small odd sizes: rmsnorm, per-head rmsnorm (Qwen3's q/k norm, strided, in place), rope, swiglu, cross-entropy, causal GQA attention (forward and backward),
  * dropout, bias and embedding reductions. Each reference is derived from the textbook formula, not
  * from tandem's code; the analytic backward references are themselves checked against central finite
  * differences of the double forward, so a wrong reference cannot make a wrong kernel pass. */
@@ -126,6 +126,63 @@ static void test_rmsnorm(void) {
     CHECKF(rel_max(dx2, dxr, T * D, 1.0) < 2e-5, "rmsnorm dx without dw err %.3g", rel_max(dx2, dxr, T * D, 1.0));
     free(xd), free(wd), free(dyd), free(yr), free(dxr);
     be->free(x), be->free(w), be->free(y), be->free(rstd), be->free(dy), be->free(dx), be->free(dw), be->free(dx2);
+}
+
+/* ------------------------------------------------------------------ per-head rmsnorm (Qwen3 q_norm / k_norm) */
+
+/* Each head of a strided row is an independent RMSNorm of width hd: the reference gathers the heads into
+ * [T * nheads, hd] rows and uses rms_ref / rms_grad_ref (checked against finite differences above). */
+static void test_head_rmsnorm(void) {
+    enum { T = 6, NH = 3, HD = 20, LDX = NH * HD + 3, LDY = NH * HD + 7, R = T * NH };
+    const float eps = 1e-6f;
+    float *x = buf(T * LDX), *w = buf(HD), *y = buf(T * LDY), *rstd = buf(R), *g = buf(T * LDY), *dw = buf(HD);
+    float *cp = buf(T * LDY);
+    fill(x, T * LDX, -2, 2);
+    fill(w, HD, 0.5, 1.5);
+    fill(y, T * LDY, 7, 8); /* sentinels: columns past the heads must stay as they are */
+    fill(dw, HD, -1, 1);
+    double xd[R * HD], wd[HD], yr[R * HD], rr[R], dyd[R * HD], dxr[R * HD], dwr[HD];
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < NH * HD; i++) xd[t * NH * HD + i] = x[t * LDX + i];
+    for (int j = 0; j < HD; j++) wd[j] = w[j];
+    float y_pad = y[LDY - 1], dw0[HD];
+    memcpy(dw0, dw, sizeof dw0);
+
+    be->head_rmsnorm_forward(y, LDY, rstd, x, LDX, w, T, NH, HD, eps);
+    rms_ref(yr, rr, xd, wd, R, HD, eps);
+    double ef = 0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < NH * HD; i++)
+            ef = fmax(ef, fabs(y[t * LDY + i] - yr[t * NH * HD + i]) / fmax(1e-30, fabs(yr[t * NH * HD + i])));
+    CHECKF(ef < 2e-6, "head rmsnorm forward rel err %.3g", ef);
+    for (int r = 0; r < R; r++) CHECKF(fabs(rstd[r] - rr[r]) <= 2e-6 * rr[r], "head rstd[%d] %.9g vs %.9g", r, rstd[r], rr[r]);
+    CHECKF(y[LDY - 1] == y_pad, "head rmsnorm wrote past the heads");
+
+    /* backward in place: the gradient buffer is both dy and dx, as the model calls it */
+    fill(g, T * LDY, -1, 1);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < NH * HD; i++) dyd[t * NH * HD + i] = g[t * LDY + i];
+    float g_pad = g[LDY - 1];
+    rms_grad_ref(dxr, dwr, dyd, xd, wd, R, HD, eps);
+    be->head_rmsnorm_backward(g, LDY, dw, g, LDY, x, LDX, w, rstd, T, NH, HD);
+    double edx = 0, edw = 0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < NH * HD; i++)
+            edx = fmax(edx, fabs(g[t * LDY + i] - dxr[t * NH * HD + i]) / fmax(1.0, fabs(dxr[t * NH * HD + i])));
+    for (int j = 0; j < HD; j++) edw = fmax(edw, fabs((dw[j] - dw0[j]) - dwr[j]) / fmax(1.0, fabs(dwr[j])));
+    CHECKF(edx < 2e-5, "head rmsnorm dx (in place) err %.3g", edx);
+    CHECKF(edw < 2e-5, "head rmsnorm dw (accumulated) err %.3g", edw);
+    CHECKF(g[LDY - 1] == g_pad, "head rmsnorm backward wrote past the heads");
+
+    /* copy_rows: strided 2-D copy, nothing outside [rows, cols) touched */
+    fill(cp, T * LDY, 7, 8);
+    float cp_pad = cp[LDY - 1];
+    be->copy_rows(cp, LDY, x, LDX, T, NH * HD);
+    int same = 1;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < NH * HD; i++) same &= cp[t * LDY + i] == x[t * LDX + i];
+    CHECK(same && cp[LDY - 1] == cp_pad);
+    be->free(x), be->free(w), be->free(y), be->free(rstd), be->free(g), be->free(dw), be->free(cp);
 }
 
 /* ------------------------------------------------------------------ rope */
@@ -482,6 +539,7 @@ int main(void) {
     be = tn_backend_cpu();
     tn_rng_seed(&rng, 1234);
     test_rmsnorm();
+    test_head_rmsnorm();
     test_rope();
     test_swiglu();
     test_cross_entropy();

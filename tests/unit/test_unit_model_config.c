@@ -1,4 +1,4 @@
-/* test_unit_model_config -- HF config.json for llama / qwen2 / mistral: defaults, derived bias flags,
+/* test_unit_model_config -- HF config.json for llama / qwen2 / qwen3 / mistral: defaults, derived bias flags,
  * GQA, every rejection (message names the key and the file), and save -> load round trips. */
 #include "core/core.h"
 #include "model/model_config.h"
@@ -90,6 +90,17 @@ static void test_qwen2_mistral(void) {
         CHECK(strcmp(c.model_type, "mistral") == 0 && c.qkv_bias == 0 && c.o_bias == 0 && c.num_key_value_heads == 2);
     const char *m2[] = {"sliding_window", "4096", "max_position_embeddings", "4096", "attention_bias", "true", NULL};
     CHECKF(parse("mistral", m2, &c) == 0 && c.qkv_bias == 1 && c.o_bias == 1, "%s", tn_errmsg()); /* window >= context: unused */
+    /* Qwen3-4B-Instruct-2507's shape: head_dim 128 != 2560 / 32, no biases, per-head q/k norms, theta 5e6 */
+    const char *q3[] = {"hidden_size", "2560", "num_attention_heads", "32", "num_key_value_heads", "8", "head_dim",
+                        "128", "rope_theta", "5000000", "attention_bias", "false", "use_sliding_window", "false",
+                        "sliding_window", "null", "max_window_layers", "36", NULL};
+    if (CHECKF(parse("qwen3", q3, &c) == 0, "%s", tn_errmsg())) {
+        CHECK(c.head_dim == 128 && c.hidden_size == 2560 && c.rope_theta == 5e6 && c.qk_norm == 1);
+        CHECK(c.qkv_bias == 0 && c.o_bias == 0);
+    }
+    const char *q3b[] = {"attention_bias", "true", NULL}; /* Qwen3's attention_bias covers q, k, v and o */
+    CHECKF(parse("qwen3", q3b, &c) == 0 && c.qkv_bias == 1 && c.o_bias == 1 && c.qk_norm == 1, "%s", tn_errmsg());
+    CHECK(parse("qwen2", NULL, &c) == 0 && c.qk_norm == 0);
 }
 
 static void expect_reject(const char *type, const char *const *ov, const char *want, int line) {
@@ -120,10 +131,11 @@ static void test_rejections(void) {
     REJECT("llama", "'hidden_size'", "hidden_size", "66");                           /* 66/4 not whole */
     REJECT("llama", "'max_position_embeddings'", "max_position_embeddings", "0");
     REJECT("gpt2", "'model_type'", "x", NULL);
-    REJECT("gpt2", "llama, qwen2, mistral", "x", NULL);
-    REJECT(NULL, "llama, qwen2, mistral", "x", NULL);
+    REJECT("gpt2", "llama, qwen2, qwen3, mistral", "x", NULL);
+    REJECT(NULL, "llama, qwen2, qwen3, mistral", "x", NULL);
     REJECT("llama", "'rope_scaling'", "rope_scaling", "{\"type\": \"linear\", \"factor\": 2.0}");
     REJECT("qwen2", "'use_sliding_window'", "use_sliding_window", "true");
+    REJECT("qwen3", "'use_sliding_window'", "use_sliding_window", "true");
     REJECT("mistral", "'sliding_window'", "sliding_window", "1024", "max_position_embeddings", "4096");
     REJECT("mistral", "'sliding_window'", "sliding_window", "1024"); /* default context 2048 */
     REJECT("mistral", "'sliding_window'", "sliding_window", "\"big\"");
@@ -153,19 +165,21 @@ static void check_same(const tn_model_config *a, const tn_model_config *b) {
     CHECK(a->max_position_embeddings == b->max_position_embeddings);
     CHECK(a->rope_theta == b->rope_theta && a->rms_norm_eps == b->rms_norm_eps && a->initializer_range == b->initializer_range);
     CHECK(a->tie_word_embeddings == b->tie_word_embeddings && a->attention_bias == b->attention_bias);
-    CHECK(a->qkv_bias == b->qkv_bias && a->o_bias == b->o_bias);
+    CHECK(a->qkv_bias == b->qkv_bias && a->o_bias == b->o_bias && a->qk_norm == b->qk_norm);
     CHECK(a->bos_token_id == b->bos_token_id && a->eos_token_id == b->eos_token_id);
 }
 
 static void test_round_trip(void) {
-    static const char *const types[] = {"llama", "qwen2", "mistral"};
-    static const char *const archs[] = {"\"LlamaForCausalLM\"", "\"Qwen2ForCausalLM\"", "\"MistralForCausalLM\""};
+    static const char *const types[] = {"llama", "qwen2", "mistral", "qwen3"};
+    static const char *const archs[] = {"\"LlamaForCausalLM\"", "\"Qwen2ForCausalLM\"", "\"MistralForCausalLM\"",
+                                        "\"Qwen3ForCausalLM\""};
     char path[512];
     snprintf(path, sizeof path, "%s/config.json", tl_tmpdir());
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 4; t++) {
         const char *ov[] = {"num_key_value_heads", "2", "rope_theta", "1000000.0", "rms_norm_eps", "1e-05",
                             "initializer_range", "0.0173", "bos_token_id", "1", "eos_token_id", "2",
-                            "torch_dtype", "\"bfloat16\"", "attention_bias", t == 0 ? "true" : "false", NULL};
+                            "torch_dtype", "\"bfloat16\"", "attention_bias", t == 0 ? "true" : "false",
+                            "head_dim", t == 3 ? "24" : "16", NULL};
         tn_model_config a, b;
         if (!CHECKF(parse(types[t], ov, &a) == 0, "%s", tn_errmsg())) continue;
         CHECKF(tn_model_config_save(path, &a) == 0, "%s", tn_errmsg());
@@ -176,6 +190,7 @@ static void test_round_trip(void) {
         CHECK(text && strstr(text, "\"rope_theta\": 1000000.0,") && strstr(text, "\"rms_norm_eps\": 1e-05,"));
         CHECK(text && strstr(text, "\"use_cache\": false") && strstr(text, "\"torch_dtype\": \"bfloat16\""));
         CHECK(text && (strstr(text, "\"attention_bias\"") != NULL) == (t != 1));
+        CHECK(text && (strstr(text, "\"use_sliding_window\": false") != NULL) == (t == 1 || t == 3));
         free(text);
     }
     /* absent token ids stay absent; a config that would not load is not written */
@@ -204,16 +219,18 @@ static void test_finish(void) {
 static void test_shared_fixtures(void) {
     const char *shared = tl_shared_dir();
     if (!shared) return;
-    static const char *const names[] = {"llama-f32", "qwen2-f32"};
-    for (int i = 0; i < 2; i++) {
+    static const char *const names[] = {"llama-f32", "qwen2-f32", "qwen3-f32"};
+    for (int i = 0; i < 3; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/ref/fixtures/%s/model/config.json", shared, names[i]);
         if (!tn_file_exists(path)) continue;
         tn_model_config c;
         if (!CHECKF(tn_model_config_load(path, &c) == 0, "%s", tn_errmsg())) continue;
-        CHECK(c.vocab_size == 259 && c.hidden_size == 64 && c.num_key_value_heads == 2 && c.head_dim == 16);
-        CHECK(c.bos_token_id == 1 && c.eos_token_id == 2);
-        CHECK(i == 0 ? c.qkv_bias == 0 && c.rms_norm_eps == 1e-5 : c.qkv_bias == 1 && c.tie_word_embeddings == 1);
+        CHECK(c.vocab_size == 259 && c.hidden_size == 64 && c.num_key_value_heads == 2 && c.head_dim == (i == 2 ? 24 : 16));
+        CHECK(c.bos_token_id == 1 && c.eos_token_id == 2 && c.qk_norm == (i == 2));
+        if (i == 0) CHECK(c.qkv_bias == 0 && c.rms_norm_eps == 1e-5);
+        if (i == 1) CHECK(c.qkv_bias == 1 && c.tie_word_embeddings == 1);
+        if (i == 2) CHECK(c.qkv_bias == 0 && c.o_bias == 0 && c.tie_word_embeddings == 1);
     }
 }
 
