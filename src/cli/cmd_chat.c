@@ -81,7 +81,8 @@ static char *answer(session *s, const char *const *turns, int n, uint64_t seed) 
     memcpy(ids, prompt.ids, prompt.n * sizeof *ids);
     tn_acts *a = tn_acts_create(s->m, 1, S, 0);
     tn_sampling sp = {.do_sample = c->do_sample, .top_k = c->top_k, .max_new = c->max_new_tokens,
-                      .temperature = c->temperature, .top_p = c->top_p, .seed = seed};
+                      .n_vocab = tn_tokenizer_vocab_size(s->tok), .temperature = c->temperature, .top_p = c->top_p,
+                      .seed = seed};
     int got = tn_generate(s->m, a, ids, (int)prompt.n, S, &sp, s->eos, s->n_eos);
     char *text = tn_tokenizer_decode(s->tok, ids + prompt.n, (size_t)got, 1);
     tn_acts_free(a);

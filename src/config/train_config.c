@@ -65,6 +65,7 @@ static int set_optim(tn_train_config *c, const key_def *k, const char *v, char *
 static int set_unsupported(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_resume(tn_train_config *c, const key_def *k, const char *v, char *msg);
 
+#define VL_MISSING "vision-language (multimodal) models are not supported yet: tandem trains text-only decoders"
 #define LORA_MODULES "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
 
 static const key_def KEYS[] = {
@@ -98,6 +99,16 @@ static const key_def KEYS[] = {
      set_unsupported},
     {"use_dora", NOFIELD, 0, 0, "not supported yet (plain LoRA only)", set_unsupported},
     {"use_rslora", NOFIELD, 0, 0, "not supported yet (scale is lora_alpha / lora_rank)", set_unsupported},
+    /* multimodal: LLaMA-Factory's Qwen3-VL / LLaVA examples */
+    {"image_max_pixels", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
+    {"image_min_pixels", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
+    {"video_max_pixels", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
+    {"video_min_pixels", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
+    {"video_fps", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
+    {"video_maxlen", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
+    {"freeze_vision_tower", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
+    {"freeze_multi_modal_projector", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
+    {"audio_sampling_rate", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
     /* data */
     {"dataset", STR(dataset), 1, 0, "a comma list of dataset names from dataset_info.json", NULL},
     {"dataset_dir", PATH(dataset_dir), 0, PATH_DATASET_DIR, "a path", NULL},

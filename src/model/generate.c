@@ -70,7 +70,8 @@ int tn_generate(tn_model *m, tn_acts *a, int32_t *ids, int len, int S, const tn_
     for (int s = len; s < S; s++) ids[s] = 0;
     while (added < sp->max_new && len + added < S) {
         tn_model_logits(m, a, ids, 1, S, logits);
-        int32_t t = pick(logits + (size_t)(len + added - 1) * m->V, m->V, sp, &rng, prob, idx);
+        int V = sp->n_vocab > 0 && sp->n_vocab < m->V ? sp->n_vocab : m->V;
+        int32_t t = pick(logits + (size_t)(len + added - 1) * m->V, V, sp, &rng, prob, idx);
         int stop = 0;
         for (int e = 0; e < n_eos; e++) stop |= t == eos[e];
         if (stop) break;

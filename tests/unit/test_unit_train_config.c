@@ -158,6 +158,10 @@ static void defaults(void) {
         CHECKF(tn_train_config_parse(y, "u.yaml", &c) != 0 && strstr(tn_errmsg(), "u.yaml:2: key '"),
                "%s -> %s", unsupported[i], tn_errmsg());
     }
+    /* LLaMA-Factory's qwen3vl_lora_sft.yaml: the line says what is missing, not that the key is unknown */
+    CHECKF(tn_train_config_parse("model_config: x.json\nimage_max_pixels: 262144\n", "vl.yaml", &c) != 0 &&
+               strstr(tn_errmsg(), "vl.yaml:2: key 'image_max_pixels': vision-language") && !strstr(tn_errmsg(), "not known"),
+           "%s", tn_errmsg());
     CHECK(tn_train_config_parse("model_config: x.json\ndo_train: false\n", "t.yaml", &c) == 0);
     CHECK(tn_train_config_finish(&c) != 0 && strstr(tn_errmsg(), "do_train"));
     CHECK(tn_train_config_parse("model_config: x.json\neval_strategy: steps\n", "t.yaml", &c) == 0);
