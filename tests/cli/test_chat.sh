@@ -14,6 +14,7 @@ trap 'rm -rf "$T"' EXIT
 export TANDEM_CACHE_DIR=$T/cache
 fails=0 checks=0
 
+cd "$ROOT" || exit 1 # the example's deepspeed JSON is relative to the repository root, as LLaMA-Factory reads it
 "$BIN" init-model "$ROOT/examples/tiny-qwen2/config.json" "$T/base" --tokenizer "$SHARED/data/tokenizers/qwen3" >/dev/null
 "$BIN" train "$ROOT/examples/lf/qwen_full_sft.yaml" model_name_or_path="$T/base" dataset=identity \
   dataset_dir="$SHARED/data/llamafactory" max_samples=1 cutoff_len=128 max_steps=40 per_device_train_batch_size=1 \
