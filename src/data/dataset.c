@@ -43,21 +43,37 @@ int tn_sampler_get(tn_sampler *s, int64_t k) {
     return s->order[k % s->n];
 }
 
-void tn_dataset_row(const tn_dataset *d, int i, int32_t *ids, int32_t *labels) {
-    const size_t S = (size_t)d->S;
-    if (d->ids) {
-        memcpy(ids, d->ids + (size_t)i * S, S * sizeof *ids);
-        memcpy(labels, d->labels + (size_t)i * S, S * sizeof *labels);
-        return;
-    }
-    size_t len = (size_t)(d->var_off[i + 1] - d->var_off[i]);
-    if (len > S) len = S; /* never: S is the longest sample */
-    memcpy(ids, d->var_ids + d->var_off[i], len * sizeof *ids);
-    memcpy(labels, d->var_labels + d->var_off[i], len * sizeof *labels);
-    for (size_t t = len; t < S; t++) ids[t] = d->pad_id, labels[t] = -100;
+int tn_dataset_len(const tn_dataset *d, int i) {
+    if (d->ids) return d->S;
+    int64_t len = d->var_off[i + 1] - d->var_off[i];
+    return len < d->S ? (int)len : d->S; /* never more: S is the longest sample */
 }
 
-void tn_batch_fill(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, int32_t *ids, int32_t *labels) {
+int tn_dataset_batch_len(const tn_dataset *d, int longest) {
+    int len = (longest + 7) & ~7;
+    return len < d->S ? len : d->S;
+}
+
+void tn_dataset_row(const tn_dataset *d, int i, int len, int32_t *ids, int32_t *labels) {
+    if (d->ids) {
+        memcpy(ids, d->ids + (size_t)i * d->S, (size_t)d->S * sizeof *ids);
+        memcpy(labels, d->labels + (size_t)i * d->S, (size_t)d->S * sizeof *labels);
+        return;
+    }
+    size_t n = (size_t)tn_dataset_len(d, i);
+    memcpy(ids, d->var_ids + d->var_off[i], n * sizeof *ids);
+    memcpy(labels, d->var_labels + d->var_off[i], n * sizeof *labels);
+    for (size_t t = n; t < (size_t)len; t++) ids[t] = d->pad_id, labels[t] = -100;
+}
+
+int tn_batch_fill(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, int32_t *ids, int32_t *labels) {
+    int longest = 1;
+    for (int b = 0; b < B; b++) {
+        int n = tn_dataset_len(d, tn_sampler_get(s, k0 + b));
+        longest = n > longest ? n : longest;
+    }
+    int len = tn_dataset_batch_len(d, longest);
     for (int b = 0; b < B; b++)
-        tn_dataset_row(d, tn_sampler_get(s, k0 + b), ids + (size_t)b * d->S, labels + (size_t)b * d->S);
+        tn_dataset_row(d, tn_sampler_get(s, k0 + b), len, ids + (size_t)b * len, labels + (size_t)b * len);
+    return len;
 }

@@ -1,8 +1,10 @@
-/* dataset -- tokenized training samples, padded to a fixed length, and the per-epoch sampler.
+/* dataset -- tokenized training samples, padded per batch, and the per-epoch sampler.
  *
  * Owns: tn_dataset (n samples x S tokens: input_ids and HF-aligned labels, -100 = not trained),
  * the bundled demo tasks (generated here, byte-level vocabulary: no download), and batch assembly.
- * Samples are right-padded with the PAD id and label -100, so a causal model needs no attention mask. */
+ * Samples are right-padded with the PAD id and label -100, so a causal model needs no attention mask; a batch
+ * is padded only to its own longest sample (rounded up to a multiple of 8, as LLaMA-Factory's collator
+ * does), not to the dataset's: on chat data most samples are far shorter than the longest. */
 #ifndef TN_DATASET_H
 #define TN_DATASET_H
 
@@ -23,8 +25,12 @@ typedef struct {
     int32_t pad_id;
 } tn_dataset;
 
-/* Sample i as S ids and labels (padding: pad_id, label -100). */
-void tn_dataset_row(const tn_dataset *d, int i, int32_t *ids, int32_t *labels);
+/* Sample i as len ids and labels, len >= its own length (padding: pad_id, label -100). */
+void tn_dataset_row(const tn_dataset *d, int i, int len, int32_t *ids, int32_t *labels);
+/* Tokens of sample i before padding (S for fixed-length samples). */
+int tn_dataset_len(const tn_dataset *d, int i);
+/* Length to pad a batch whose longest sample has `longest` tokens: the next multiple of 8, at most d->S. */
+int tn_dataset_batch_len(const tn_dataset *d, int longest);
 
 void tn_dataset_free(tn_dataset *d);
 
@@ -61,7 +67,8 @@ int tn_sampler_get(tn_sampler *s, int64_t k);
 static inline int64_t tn_dist_position(int64_t batch_start, int rank, int accum, int B, int a, int b) {
     return batch_start + ((int64_t)rank * accum + a) * B + b;
 }
-/* Copy samples k0 .. k0+B-1 (sampler order) into ids/labels [B, S]. */
-void tn_batch_fill(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, int32_t *ids, int32_t *labels);
+/* Copy samples k0 .. k0+B-1 (sampler order) into ids/labels [B, len] and return len, the batch's padded
+ * length (tn_dataset_batch_len of its longest sample; ids/labels must hold B x d->S). */
+int tn_batch_fill(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, int32_t *ids, int32_t *labels);
 
 #endif

@@ -108,7 +108,8 @@ void tn_model_set(tn_model *m, const tn_param *p, const float *host);
 
 /* ---- activations and passes (model_forward.c) ---- */
 typedef struct tn_acts tn_acts;
-/* Workspace for batches up to B x S; checkpointing keeps only each layer's input and recomputes. */
+/* Workspace for batches of B rows and up to S tokens; checkpointing keeps only each layer's input and
+ * recomputes. */
 tn_acts *tn_acts_create(const tn_model *m, int B, int S, int checkpointing);
 void tn_acts_free(tn_acts *a);
 /* Position of the next micro-batch's row 0 in its global batch (LoRA dropout masks are drawn per global

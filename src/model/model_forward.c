@@ -3,7 +3,9 @@
  * Shapes: T = B*S tokens, D hidden, H query heads, KV key/value heads, hd head dim, I intermediate,
  * Q3 = (H + 2 KV) hd (fused q|k|v columns), V vocab. Every tensor is row-major [rows, cols].
  * The lm_head and loss run in chunks of TC tokens: logits for a chunk are turned into dlogits in place
- * and consumed at once, so the [T, V] logits never exist whole. */
+ * and consumed at once, so the [T, V] logits never exist whole. Only positions with a target enter the
+ * lm_head (their rows gathered first): in SFT the prompt and the padding, often most of a batch, have no
+ * logits to compute. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +29,8 @@ typedef struct {
 
 struct tn_acts {
     const tn_backend *be;
-    int B, S, T, TC, checkpointing;
+    int B, S, T, TC, checkpointing; /* S, T: the current batch's; every buffer is sized for S_cap */
+    int S_cap;
     int64_t first_row;   /* index of row 0 in the global batch: keys the per-row dropout masks */
     size_t n_floats;
     float *slab;         /* every float buffer below is a range of this */
@@ -44,8 +47,11 @@ struct tn_acts {
     float *drop_x, *drop_dx; /* [T, max(D, I, H hd)] LoRA dropout input and its gradient */
     float *logits;       /* [TC, V] */
     float *rope_cos, *rope_sin; /* [S, hd/2] */
-    int32_t *ids, *targets;    /* [T] */
-    int32_t *host_targets;     /* [T] host staging */
+    int32_t *ids, *targets;    /* [T]; targets: those of the scored rows, in order (n_scored of them) */
+    int32_t *scored;           /* [T] positions that have a target */
+    float *xs;                 /* [TC, D] final-norm output of one chunk of scored rows */
+    int n_scored;
+    int32_t *host_targets, *host_scored; /* [T] host staging */
 };
 
 /* ---------------------------------------------------------------- workspace */
@@ -96,6 +102,7 @@ static void carve(const tn_model *m, tn_acts *a, float *base) {
     a->drop_x = m->lora.dropout > 0 ? take(&cur, T * widest) : NULL;
     a->drop_dx = m->lora.dropout > 0 ? take(&cur, T * widest) : NULL;
     a->logits = take(&cur, (size_t)a->TC * m->V);
+    a->xs = take(&cur, (size_t)a->TC * m->D);
     a->rope_cos = take(&cur, (size_t)a->S * m->hd / 2);
     a->rope_sin = take(&cur, (size_t)a->S * m->hd / 2);
     a->n_floats = (size_t)(cur - base);
@@ -122,7 +129,7 @@ static void fill_rope(const tn_model *m, tn_acts *a) {
 tn_acts *tn_acts_create(const tn_model *m, int B, int S, int checkpointing) {
     tn_acts *a = tn_xcalloc(1, sizeof *a);
     a->be = m->be;
-    a->B = B, a->S = S, a->T = B * S, a->checkpointing = checkpointing;
+    a->B = B, a->S = a->S_cap = S, a->T = B * S, a->checkpointing = checkpointing;
     /* lm_head chunk: ~16M logits floats at most, a multiple of 64 rows */
     int tc = (int)((1 << 24) / m->V);
     tc = tc < 64 ? 64 : tc & ~63;
@@ -133,7 +140,9 @@ tn_acts *tn_acts_create(const tn_model *m, int B, int S, int checkpointing) {
     carve(m, a, a->slab);
     a->ids = m->be->alloc_i32((size_t)a->T);
     a->targets = m->be->alloc_i32((size_t)a->T);
+    a->scored = m->be->alloc_i32((size_t)a->T);
     a->host_targets = tn_xcalloc((size_t)a->T, sizeof *a->host_targets);
+    a->host_scored = tn_xcalloc((size_t)a->T, sizeof *a->host_scored);
     fill_rope(m, a);
     return a;
 }
@@ -143,8 +152,10 @@ void tn_acts_free(tn_acts *a) {
     a->be->free(a->slab);
     a->be->free(a->ids);
     a->be->free(a->targets);
+    a->be->free(a->scored);
     free(a->layer);
     free(a->host_targets);
+    free(a->host_scored);
     free(a);
 }
 
@@ -335,9 +346,47 @@ static void grad_ready(const tn_model *m, int g) {
     if (m->grad_ready) m->grad_ready(m->grad_ready_ctx, tn_model_grad_frontier(m, g));
 }
 
-/* Uses a fixed B, S for the workspace: the batch must have exactly the workspace's shape. */
+/* A batch has the workspace's B rows and any length up to its S: buffers sized for B x S_cap hold a
+ * shorter batch as they are (rotary tables are indexed by position, attention by the current S). */
 static void set_shape(tn_acts *a, int B, int S) {
-    if (B != a->B || S != a->S) tn_die("batch %dx%d differs from the workspace %dx%d", B, S, a->B, a->S);
+    if (B != a->B || S < 1 || S > a->S_cap)
+        tn_die("batch %dx%d does not fit the workspace %dx%d", B, S, a->B, a->S_cap);
+    a->S = S, a->T = B * S;
+}
+
+/* The positions with a target (HF shift: position t is scored against labels[t + 1]) and their targets. */
+static void stage_targets(const tn_model *m, tn_acts *a, const int32_t *labels, int B, int S) {
+    int n = 0;
+    for (int b = 0; b < B; b++)
+        for (int s = 0; s + 1 < S; s++) {
+            int32_t y = labels[b * S + s + 1];
+            if (y == -100) continue;
+            a->host_scored[n] = b * S + s;
+            a->host_targets[n++] = y;
+        }
+    a->n_scored = n;
+    m->be->upload_i32(a->scored, a->host_scored, (size_t)n);
+    m->be->upload_i32(a->targets, a->host_targets, (size_t)n);
+}
+
+/* lm_head + cross-entropy over the scored rows of xnf, in chunks: gather the rows, logits, loss (and, with
+ * backward, dlogits in place -> dW_lm += dlogits^T xs, dxn[row] = dlogits W; unscored rows of dxn are 0). */
+static double lm_head_loss(tn_model *m, tn_acts *a, float grad_scale, int64_t *n_valid, int backward) {
+    const tn_backend *be = m->be;
+    const int D = m->D, V = m->V;
+    double loss = 0.0;
+    if (backward) be->zero(a->dxn, (size_t)a->T * D);
+    for (int t0 = 0; t0 < a->n_scored; t0 += a->TC) {
+        int n = t0 + a->TC < a->n_scored ? a->TC : a->n_scored - t0;
+        be->embedding_forward(a->xs, a->xnf, a->scored + t0, n, D); /* a row gather */
+        be->matmul(0, 1, n, V, D, 1.0f, a->xs, D, m->lm_head, D, 0.0f, a->logits, V);
+        loss += be->cross_entropy(a->logits, a->targets + t0, n, V, backward ? grad_scale : 0.0f, n_valid);
+        if (!backward) continue;
+        if (m->d_lm_head) be->matmul(1, 0, V, D, n, 1.0f, a->logits, V, a->xs, D, 1.0f, m->d_lm_head, D);
+        be->matmul(0, 0, n, D, V, 1.0f, a->logits, V, m->lm_head, D, 0.0f, a->xs, D);
+        be->embedding_backward(a->dxn, a->xs, a->scored + t0, n, D); /* a row scatter: scored rows are distinct */
+    }
+    return loss;
 }
 
 double tn_model_forward_backward(tn_model *m, tn_acts *a, const int32_t *ids, const int32_t *labels, int B,
@@ -345,25 +394,12 @@ double tn_model_forward_backward(tn_model *m, tn_acts *a, const int32_t *ids, co
     const tn_backend *be = m->be;
     set_shape(a, B, S);
     check_batch(m, a, ids, labels, B, S);
-    const int T = a->T, D = m->D, V = m->V;
+    const int T = a->T, D = m->D;
     size_t TD = (size_t)T * D;
-    for (int b = 0; b < B; b++)
-        for (int s = 0; s < S; s++)
-            a->host_targets[b * S + s] = s + 1 < S ? labels[b * S + s + 1] : -100;
-    be->upload_i32(a->targets, a->host_targets, (size_t)T);
+    stage_targets(m, a, labels, B, S);
 
     forward_layers(m, a, ids, dropout_seed);
-
-    /* lm_head + loss in chunks: logits -> dlogits in place -> dW_lm, dxnf */
-    double loss = 0.0;
-    for (int t0 = 0; t0 < T; t0 += a->TC) {
-        int n = t0 + a->TC < T ? a->TC : T - t0;
-        be->matmul(0, 1, n, V, D, 1.0f, a->xnf + (size_t)t0 * D, D, m->lm_head, D, 0.0f, a->logits, V);
-        loss += be->cross_entropy(a->logits, a->targets + t0, n, V, grad_scale, n_valid);
-        if (m->d_lm_head)
-            be->matmul(1, 0, V, D, n, 1.0f, a->logits, V, a->xnf + (size_t)t0 * D, D, 1.0f, m->d_lm_head, D);
-        be->matmul(0, 0, n, D, V, 1.0f, a->logits, V, m->lm_head, D, 0.0f, a->dxn + (size_t)t0 * D, D);
-    }
+    double loss = lm_head_loss(m, a, grad_scale, n_valid, 1);
     be->zero(a->dres, TD);
     be->rmsnorm_backward(a->dres, m->d_norm, a->dxn, a->x + m->L * TD, m->norm, a->rstdf, T, D);
     grad_ready(m, m->L);
@@ -380,25 +416,14 @@ double tn_model_forward_backward(tn_model *m, tn_acts *a, const int32_t *ids, co
 
 double tn_model_eval_loss(tn_model *m, tn_acts *a, const int32_t *ids, const int32_t *labels, int B, int S,
                           int64_t *n_valid) {
-    const tn_backend *be = m->be;
     set_shape(a, B, S);
     check_batch(m, a, ids, labels, B, S);
-    const int T = a->T, D = m->D, V = m->V;
-    for (int b = 0; b < B; b++)
-        for (int s = 0; s < S; s++)
-            a->host_targets[b * S + s] = s + 1 < S ? labels[b * S + s + 1] : -100;
-    be->upload_i32(a->targets, a->host_targets, (size_t)T);
+    stage_targets(m, a, labels, B, S);
     double p = m->lora.dropout; /* evaluation runs without dropout */
     m->lora.dropout = 0;
     forward_layers(m, a, ids, 0);
     m->lora.dropout = p;
-    double loss = 0.0;
-    for (int t0 = 0; t0 < T; t0 += a->TC) {
-        int n = t0 + a->TC < T ? a->TC : T - t0;
-        be->matmul(0, 1, n, V, D, 1.0f, a->xnf + (size_t)t0 * D, D, m->lm_head, D, 0.0f, a->logits, V);
-        loss += be->cross_entropy(a->logits, a->targets + t0, n, V, 0.0f, n_valid);
-    }
-    return loss;
+    return lm_head_loss(m, a, 0.0f, n_valid, 0);
 }
 
 void tn_model_logits(tn_model *m, tn_acts *a, const int32_t *ids, int B, int S, float *logits_host) {

@@ -39,6 +39,7 @@ tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const
     const char *fault = getenv("TANDEM_FAULT_NAN_STEPS");
     if (fault && sscanf(fault, "%d-%d", &t->fault_nan_from, &t->fault_nan_to) == 1) t->fault_nan_to = t->fault_nan_from;
     t->labels = tn_xmalloc(n * sizeof *t->labels);
+    t->lens = tn_xmalloc((size_t)t->accum * sizeof *t->lens);
     return t;
 }
 
@@ -50,23 +51,25 @@ void tn_trainer_free(tn_trainer *t) {
     tn_sampler_free(&t->sampler);
     free(t->ids);
     free(t->labels);
+    free(t->lens);
     free(t);
 }
 
 int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     tn_model *m = t->model;
-    const int B = t->micro_batch, S = t->data->S;
-    const size_t per_micro = (size_t)B * S;
+    const int B = t->micro_batch;
+    const size_t per_micro = (size_t)B * t->data->S; /* staging room of one micro-batch */
     const int64_t per_rank = (int64_t)t->accum * B, global = per_rank * t->world;
     /* Fetch this rank's slice of the step's global batch first: the global token count normalises every
-     * micro-batch's gradient. */
-    double counts[2] = {0, 0}; /* trained tokens, then (after backward) summed loss */
+     * micro-batch's gradient. Each micro-batch is padded to its own longest sample only. */
+    double counts[3] = {0, 0, 0}; /* trained tokens, processed tokens (with padding), then the summed loss */
     for (int a = 0; a < t->accum; a++) {
-        tn_batch_fill(t->data, &t->sampler, tn_dist_position(t->samples_seen, t->rank, t->accum, B, a, 0), B, t->ids + a * per_micro,
-                      t->labels + a * per_micro);
-        counts[0] += (double)tn_count_targets(t->labels + a * per_micro, B, S);
+        t->lens[a] = tn_batch_fill(t->data, &t->sampler, tn_dist_position(t->samples_seen, t->rank, t->accum, B, a, 0),
+                                   B, t->ids + a * per_micro, t->labels + a * per_micro);
+        counts[0] += (double)tn_count_targets(t->labels + a * per_micro, B, t->lens[a]);
+        counts[1] += (double)B * t->lens[a];
     }
-    if (t->world > 1 && tn_comm_allreduce_f64(t->comm, counts, 1) != 0)
+    if (t->world > 1 && tn_comm_allreduce_f64(t->comm, counts, 2) != 0)
         return tn_err("step %d: token count all-reduce failed: %s", t->step + 1, tn_errmsg());
     int64_t targets = (int64_t)counts[0];
     t->samples_seen += global;
@@ -82,18 +85,18 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     for (int a = 0; a < t->accum; a++) {
         tn_acts_set_first_row(t->acts, tn_dist_position(0, t->rank, t->accum, B, a, 0));
         if (a == t->accum - 1) tn_grad_sync_arm(t->sync);
-        loss += tn_model_forward_backward(m, t->acts, t->ids + a * per_micro, t->labels + a * per_micro, B, S, scale,
-                                          &counted, seed);
+        loss += tn_model_forward_backward(m, t->acts, t->ids + a * per_micro, t->labels + a * per_micro, B, t->lens[a],
+                                          scale, &counted, seed);
         if (t->comm) tn_comm_heartbeat(t->comm); /* this rank is making progress (dead-peer watchdog) */
     }
     if (tn_grad_sync_finish(t->sync) != 0) return tn_err("step %d: %s", t->step + 1, tn_errmsg());
-    counts[1] = loss;
-    if (t->world > 1 && tn_comm_allreduce_f64(t->comm, counts + 1, 1) != 0)
+    counts[2] = loss;
+    if (t->world > 1 && tn_comm_allreduce_f64(t->comm, counts + 2, 1) != 0)
         return tn_err("step %d: loss all-reduce failed: %s", t->step + 1, tn_errmsg());
-    loss = counts[1];
+    loss = counts[2];
     memset(st, 0, sizeof *st);
     st->tokens = targets;
-    st->seen = global * S;
+    st->seen = (int64_t)counts[1];
     st->comm_wait = tn_grad_sync_get_stats(t->sync)->wait_s;
     st->loss = targets > 0 ? loss / (double)targets : 0.0;
     st->lr = tn_lr_at(t->cfg->lr_scheduler_type, t->cfg->learning_rate, t->step, t->warmup_steps, t->total_steps);
@@ -114,20 +117,26 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
 }
 
 double tn_trainer_eval(tn_trainer *t, const tn_dataset *eval) {
-    const int B = t->micro_batch, S = t->data->S;
-    if (eval->S != S) {
-        tn_err("evaluation samples are %d tokens, training samples %d", eval->S, S);
+    const int B = t->micro_batch;
+    if (eval->S > t->data->S) {
+        tn_err("evaluation samples reach %d tokens, the workspace %d", eval->S, t->data->S);
         return NAN;
     }
     double sums[2] = {0, 0}; /* loss, targets */
     int mine = eval->n > t->rank ? (eval->n - t->rank + t->world - 1) / t->world : 0;
     for (int k0 = 0; k0 < mine; k0 += B) {
         /* rows beyond this rank's share are padding without targets (the workspace has B rows) */
+        int longest = 1;
+        for (int64_t k = k0; k < k0 + B && k < mine; k++) {
+            int n = tn_dataset_len(eval, (int)(t->rank + k * t->world));
+            longest = n > longest ? n : longest;
+        }
+        const int S = tn_dataset_batch_len(eval, longest);
         for (int b = 0; b < B; b++) {
             int64_t k = k0 + b, i = (int64_t)t->rank + k * t->world;
             int32_t *ids = t->ids + (size_t)b * S, *labels = t->labels + (size_t)b * S;
             if (k < mine) {
-                tn_dataset_row(eval, (int)i, ids, labels);
+                tn_dataset_row(eval, (int)i, S, ids, labels);
             } else {
                 memset(ids, 0, (size_t)S * sizeof *ids);
                 for (int s = 0; s < S; s++) labels[s] = -100;

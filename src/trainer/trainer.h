@@ -32,6 +32,7 @@ typedef struct {
     int step;                /* optimizer steps done */
     int64_t samples_seen;
     int32_t *ids, *labels;   /* [accum, micro_batch, S] host staging of one step's batches */
+    int *lens;               /* [accum] padded length of each micro-batch (<= S) */
     int fault_nan_from, fault_nan_to; /* $TANDEM_FAULT_NAN_STEPS=A[-B]: rank 0 puts a NaN into its gradient on
                                        * steps A..B (fault-injection tests of the non-finite-step path) */
 } tn_trainer;
