@@ -1,4 +1,7 @@
-"""check_lf_outputs.py OUTPUT_DIR MODEL_DIR -- the files of a LoRA SFT run are what LLaMA-Factory leaves.
+"""check_lf_outputs.py OUTPUT_DIR MODEL_DIR [--no-eval] -- the files of a LoRA SFT run are what LLaMA-Factory leaves.
+
+--no-eval: the run had no evaluation (no val_size), so, as in LLaMA-Factory, there must be no eval_results.json,
+no eval entries and no training_eval_loss.png, and all_results.json is the train results alone.
 
 Checks, independently of tandem's code: every JSON file parses and has HF's/LF's keys; trainer_log.jsonl
 lines carry LF's LogCallback keys in order; the PNG files are PNGs; the adapter is PEFT's: adapter_config.json
@@ -7,6 +10,7 @@ lora_A [r, in] / lora_B [out, r] shapes derived from the base model's config.jso
 import json, os, re, struct, sys
 
 out, model = sys.argv[1], sys.argv[2]
+with_eval = "--no-eval" not in sys.argv[3:]
 errors = []
 
 
@@ -20,35 +24,38 @@ def load_json(name):
         return json.load(f)
 
 
-for name in ("train_results.json", "all_results.json", "eval_results.json", "trainer_state.json", "adapter_config.json"):
+for name in ("train_results.json", "all_results.json", "trainer_state.json", "adapter_config.json"):
     need(os.path.exists(os.path.join(out, name)), f"missing {name}")
+need(os.path.exists(os.path.join(out, "eval_results.json")) == with_eval,
+     "eval_results.json " + ("missing" if with_eval else "written by a run without evaluation"))
 tr = load_json("train_results.json")
 for k in ("epoch", "total_flos", "train_loss", "train_runtime", "train_samples_per_second", "train_steps_per_second"):
     need(k in tr, f"train_results.json lacks {k}")
-ev = load_json("eval_results.json")
-for k in ("epoch", "eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second"):
+ev = load_json("eval_results.json") if with_eval else {}
+for k in ("epoch", "eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second") if with_eval else ():
     need(k in ev, f"eval_results.json lacks {k}")
 allr = load_json("all_results.json")
-need(set(tr) | set(ev) <= set(allr), "all_results.json is not train + eval results")
+need(set(tr) | set(ev) == set(allr), "all_results.json is not train + eval results")
 st = load_json("trainer_state.json")
 for k in ("global_step", "max_steps", "log_history", "epoch", "logging_steps", "save_steps", "train_batch_size"):
     need(k in st, f"trainer_state.json lacks {k}")
 need(any("loss" in e for e in st["log_history"]), "log_history has no loss entries")
-need(any("eval_loss" in e for e in st["log_history"]), "log_history has no eval_loss entries")
+need(any("eval_loss" in e for e in st["log_history"]) == with_eval, "log_history's eval_loss entries")
 lines = [json.loads(l) for l in open(os.path.join(out, "trainer_log.jsonl"))]
 need(len(lines) >= 2, "trainer_log.jsonl has fewer than 2 lines")
 train_lines = [l for l in lines if "loss" in l]
 need(train_lines and list(train_lines[0])[:3] == ["current_steps", "total_steps", "loss"], "trainer_log.jsonl key order")
-for png in ("training_loss.png", "training_eval_loss.png"):
+for png in ("training_loss.png", "training_eval_loss.png") if with_eval else ("training_loss.png",):
     with open(os.path.join(out, png), "rb") as f:
         need(f.read(8) == b"\x89PNG\r\n\x1a\n", f"{png} is not a PNG")
+need(with_eval or not os.path.exists(os.path.join(out, "training_eval_loss.png")), "training_eval_loss.png without eval")
 
 cfg = json.load(open(os.path.join(model, "config.json")))
 ac = load_json("adapter_config.json")
 need(ac.get("peft_type") == "LORA", "adapter_config.json peft_type")
 r = ac["r"]
 D, I = cfg["hidden_size"], cfg["intermediate_size"]
-hd = D // cfg["num_attention_heads"]
+hd = cfg.get("head_dim") or D // cfg["num_attention_heads"]  # Qwen3: head_dim need not be D / heads
 q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
 dims = {"q_proj": (D, q), "k_proj": (D, kv), "v_proj": (D, kv), "o_proj": (q, D), "gate_proj": (D, I),
         "up_proj": (D, I), "down_proj": (I, D)}  # (in, out)
