@@ -148,17 +148,20 @@ static int discover(tn_comm *c) {
             if (node_of[r] == nd) c->ring_world[k++] = r;
     int ring_key = 0;
     while (c->ring_world[ring_key] != rank) ring_key++;
+    tn_comm_shard_layout(c, node_of, lrank, lsize);
     free(all), free(node_of), free(lrank), free(lsize);
     if ((rc = MPI_Comm_split(c->world, c->info.node, rank, &c->local)) != MPI_SUCCESS ||
         (rc = MPI_Comm_split(c->world, c->info.local_rank == 0 ? 0 : MPI_UNDEFINED, c->info.node, &c->leaders)) !=
             MPI_SUCCESS ||
-        (rc = MPI_Comm_split(c->world, 0, ring_key, &c->ring)) != MPI_SUCCESS)
+        (rc = MPI_Comm_split(c->world, 0, ring_key, &c->ring)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_split(c->world, c->uniform ? c->info.local_rank : MPI_UNDEFINED, c->info.node, &c->rail)) !=
+            MPI_SUCCESS)
         return tn_comm_mpi_err(rc, "MPI_Comm_split");
     return 0;
 }
 
 static void free_comms(tn_comm *c) {
-    MPI_Comm *cs[] = {&c->local, &c->leaders, &c->ring, &c->world};
+    MPI_Comm *cs[] = {&c->local, &c->leaders, &c->ring, &c->rail, &c->world};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++)
         if (*cs[i] != MPI_COMM_NULL) MPI_Comm_free(cs[i]);
 }
@@ -187,7 +190,7 @@ tn_comm *tn_comm_init(int *argc, char ***argv) {
     }
     tn_comm *c = tn_xcalloc(1, sizeof *c);
     c->mpi_owned = !inited;
-    c->world = c->local = c->leaders = c->ring = c->wd_comm = MPI_COMM_NULL;
+    c->world = c->local = c->leaders = c->ring = c->rail = c->wd_comm = MPI_COMM_NULL;
     c->tune.poll_max_us = 1000;
     if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->world)) != MPI_SUCCESS) {
         tn_comm_mpi_err(rc, "MPI_Comm_dup");
@@ -212,7 +215,7 @@ fail:;
     tn_shm_free(c);
     free_comms(c);
     if (c->mpi_owned) MPI_Finalize();
-    free(c->hosts), free(c->ring_world), free(c);
+    free(c->hosts), free(c->ring_world), free(c->shard_of), free(c);
     tn_err("%s", msg);
     return NULL;
 }
@@ -226,7 +229,7 @@ void tn_comm_finalize(tn_comm *c) {
     tn_shm_free(c);
     free_comms(c);
     if (c->mpi_owned) MPI_Finalize();
-    free(c->hosts), free(c->ring_world), free(c);
+    free(c->hosts), free(c->ring_world), free(c->shard_of), free(c);
 }
 
 const tn_comm_info *tn_comm_get_info(const tn_comm *c) { return &c->info; }
@@ -297,5 +300,32 @@ int tn_comm_allreduce_f32(tn_comm *c, float *buf, size_t n) { return c->be->allr
 int tn_comm_reduce_scatter_f32(tn_comm *c, float *buf, size_t n) { return c->be->reduce_scatter_f32(c, buf, n); }
 int tn_comm_allgather_f32(tn_comm *c, float *buf, size_t n) { return c->be->allgather_f32(c, buf, n); }
 tn_comm_op *tn_comm_iallreduce_f32(tn_comm *c, float *buf, size_t n) { return c->be->iallreduce_f32(c, buf, n); }
+int tn_comm_test(tn_comm_op *op) {
+    pthread_mutex_lock(&op->c->mu);
+    int done = op->done;
+    pthread_mutex_unlock(&op->c->mu);
+    return done;
+}
+
+#define P2P_TAG 7301 /* tn_comm_send / tn_comm_recv on the world communicator */
+
+static int p2p(tn_comm *c, void *buf, size_t bytes, int peer, int send) {
+    const char *what = send ? "MPI_Isend (point-to-point)" : "MPI_Irecv (point-to-point)";
+    if (peer < 0 || peer >= c->info.size) return tn_err("comm: %s peer %d is not a rank", what, peer);
+    if (bytes > 0 && !buf) return tn_err("comm: %s of %zu bytes got a NULL buffer", what, bytes);
+    for (size_t off = 0; off < bytes; off += INT_MAX) {
+        int len = bytes - off < INT_MAX ? (int)(bytes - off) : INT_MAX;
+        MPI_Request rq;
+        int rc = send ? MPI_Isend((char *)buf + off, len, MPI_BYTE, peer, P2P_TAG, c->world, &rq)
+                      : MPI_Irecv((char *)buf + off, len, MPI_BYTE, peer, P2P_TAG, c->world, &rq);
+        if (rc != MPI_SUCCESS) return tn_comm_mpi_err(rc, what);
+        if (tn_comm_mpi_wait(c, &rq, what) != 0) return -1;
+    }
+    return 0;
+}
+
+int tn_comm_send(tn_comm *c, const void *buf, size_t bytes, int to) { return p2p(c, (void *)buf, bytes, to, 1); }
+int tn_comm_recv(tn_comm *c, void *buf, size_t bytes, int from) { return p2p(c, buf, bytes, from, 0); }
+
 int tn_comm_wait(tn_comm_op *op) { return op ? op->c->be->wait(op) : tn_err("comm: wait on a NULL op"); }
 int tn_comm_wait_all(tn_comm *c) { return c->be->wait_all(c); }

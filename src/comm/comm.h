@@ -71,8 +71,29 @@ int tn_comm_reduce_scatter_f32(tn_comm *c, float *buf, size_t n);
 /* Inverse: on entry each rank's own slice is valid; afterwards every rank holds all slices. */
 int tn_comm_allgather_f32(tn_comm *c, float *buf, size_t n);
 
+/* ---- sharded data parallelism (ZeRO): a slab of n floats is cut into size contiguous shards; the rank whose
+ * shard index is s owns tn_comm_slice(n, size, s). Shard index = local_rank x n_nodes + node when every
+ * machine runs the same number of ranks (then the collectives below are hierarchical: a ring inside each
+ * machine, then one ring per local rank between machines over 1/local_size of the range each, so every
+ * byte crosses the network once per machine and all of a machine's ranks share the sending), else the
+ * position in the machine-by-machine ring (one ring over all ranks). */
+int tn_comm_shard_index(const tn_comm *c, int rank);
+void tn_comm_shard(const tn_comm *c, size_t n, int rank, size_t *off, size_t *len); /* rank's shard */
+/* Non-blocking, on the range [lo, hi) of the n-float slab starting at slab (the rest is not touched):
+ * reduce-scatter: afterwards this rank's shard within the range holds the sum over ranks, the rest of the
+ *   range is scratch; all-gather: on entry this rank's shard within the range is valid, afterwards the
+ *   whole range is on every rank. NULL + tn_err on error. */
+tn_comm_op *tn_comm_ireduce_scatter_range(tn_comm *c, float *slab, size_t n, size_t lo, size_t hi);
+tn_comm_op *tn_comm_iallgather_range(tn_comm *c, float *slab, size_t n, size_t lo, size_t hi);
+/* 1 when op has finished (tn_comm_wait then returns at once), 0 while it runs. */
+int tn_comm_test(tn_comm_op *op);
+/* Point-to-point of host bytes (e.g. checkpoint shards to the writing rank), polling like every wait. */
+int tn_comm_send(tn_comm *c, const void *buf, size_t bytes, int to);
+int tn_comm_recv(tn_comm *c, void *buf, size_t bytes, int from);
+
 /* Non-blocking allreduce: returns at once; the progress thread moves it while the caller computes; ops
- * complete in submission order. buf must stay untouched until the op is waited. NULL + tn_err on error. */
+ * complete in submission order. buf must stay untouched until the op is waited. NULL + tn_err on error.
+ * An op may start while the one before it drains: ops on overlapping floats need a wait in between. */
 tn_comm_op *tn_comm_iallreduce_f32(tn_comm *c, float *buf, size_t n);
 int tn_comm_wait(tn_comm_op *op); /* frees op; 0 or -1 + tn_err */
 /* Waits for every op submitted so far and frees them all (their handles become invalid: do not

@@ -45,6 +45,9 @@ struct tn_comm {
     MPI_Comm leaders;            /* local rank 0 of every machine, by node index; MPI_COMM_NULL elsewhere */
     MPI_Comm ring;               /* all ranks, machine by machine (reduce-scatter / all-gather) */
     int *ring_world;             /* world rank at each position of `ring` */
+    MPI_Comm rail;               /* the ranks with this local rank, one per machine, by node (uniform machines) */
+    int uniform;                 /* every machine has the same number of ranks */
+    int *shard_of;               /* shard index of each world rank (comm.h: tn_comm_shard) */
     tn_comm_tuning tune;
     tn_shm *shm;                 /* NULL when alone on the machine */
     const tn_comm_backend *be;
@@ -129,6 +132,9 @@ int tn_ring_step(tn_ring *r, int *progressed);
 int tn_shm_create(tn_comm *c);
 void tn_shm_free(tn_comm *c);
 tn_comm_op *tn_shm_allreduce_op(tn_comm *c, float *buf, size_t n);
+
+/* comm_shard.c -- the shard layout (indices, set at discovery) */
+void tn_comm_shard_layout(tn_comm *c, const int *node_of, const int *lrank, const int *lsize);
 
 /* comm_watchdog.c */
 int tn_watchdog_init(tn_comm *c);
