@@ -120,7 +120,7 @@ static int parse_args(int argc, char **argv, launch_opts *o) {
         if ((strcmp(argv[i], "-n") == 0 || strcmp(argv[i], "--nproc") == 0) && i + 1 < argc) {
             char *end;
             long n = strtol(argv[++i], &end, 10);
-            if (*end || n < 1 || n > 65536) return tn_err("launch: -n '%s': expected a number of ranks >= 1", argv[i]);
+            if (*end || n < 1 || n > 65536) return tn_err("launch: -n '%s': expected a number of ranks in 1..65536", argv[i]);
             o->n = (int)n;
         } else if (strcmp(argv[i], "--hostfile") == 0 && i + 1 < argc) {
             o->hostfile = argv[++i];

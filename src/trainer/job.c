@@ -16,6 +16,7 @@
 #include "outputs/run_log.h"
 #include "trainer/checkpoint.h"
 #include "trainer/demo_eval.h"
+#include "trainer/memory_check.h"
 #include "trainer/replica.h"
 #include "trainer/trainer.h"
 
@@ -412,6 +413,8 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     job_data data;
     int rc = agree(comm, load_data(cfg, comm, &data));
     tn_dataset train = data.train, eval = data.eval;
+    /* absurd sizes are one line naming the key and the bytes, before anything is allocated */
+    if (rc == 0) rc = agree(comm, tn_memory_check(cfg, train.S, tn_comm_get_info(comm)->local_size));
     tn_model *m = rc ? NULL : load_model(cfg);
     int need = is_demo(cfg) ? TN_BYTE_VOCAB : data.vocab;
     if (m && m->V < need) {
