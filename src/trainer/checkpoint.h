@@ -37,7 +37,8 @@ int tn_checkpoint_verify(const char *dir);
 int tn_checkpoint_latest(const char *output_dir, char *out, size_t n);
 /* Loads weights, optimizer state and position. The model must have the checkpoint's layout. */
 int tn_checkpoint_load(const char *dir, tn_model *m, tn_adamw *opt, tn_ckpt_state *st);
-/* The recipe dir's manifest records, as "key=value" lines, into out (size n); "" when it has none. */
+/* The recipe dir's manifest records, as "key=value" lines, into out (size n); "" when it records none or
+ * there is no readable manifest (verify and load say why). Returns 0. */
 int tn_checkpoint_recipe(const char *dir, char *out, size_t n);
 /* Keeps the newest `limit` verified checkpoints (never removes the newest verified one). */
 int tn_checkpoint_prune(const char *output_dir, int limit);

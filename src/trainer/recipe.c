@@ -101,8 +101,8 @@ static const char *const REFUSED[] = {"finetuning_type", "lora_rank", "lora_alph
 
 int tn_recipe_check_resume(const char *dir, const char *now, const char *source_path) {
     static char saved[TN_RECIPE_MAX];
-    if (tn_checkpoint_recipe(dir, saved, sizeof saved) != 0) return -1;
-    if (!saved[0]) return 0; /* a checkpoint from before recipes were recorded */
+    tn_checkpoint_recipe(dir, saved, sizeof saved);
+    if (!saved[0]) return 0; /* none recorded (an older checkpoint), or no manifest: loading it says why */
     const char *slash = strrchr(dir, '/'), *name = slash && slash[1] ? slash + 1 : dir;
     char nb[96];
     name = tn_shown(name, nb);
@@ -114,7 +114,7 @@ int tn_recipe_check_resume(const char *dir, const char *now, const char *source_
                           "resuming them would not continue that run: use another output_dir, or overwrite_output_dir: "
                           "true to start over", source_path, REFUSED[i], dir, tn_shown(was, wb), tn_shown(is, ib));
     }
-    for (const char *l = now; *l; l = strchr(l, '\n') + 1) {
+    for (const char *l = now, *nl; *l && (nl = strchr(l, '\n')); l = nl + 1) {
         char key[64], was[TN_PATH_MAX + 64], is[TN_PATH_MAX + 64], wb[96], ib[96];
         size_t klen = strcspn(l, "=");
         snprintf(key, sizeof key, "%.*s", (int)klen, l);
