@@ -26,6 +26,9 @@
 #include "config/train_config.h"
 #include "core/core.h"
 #include "launch/hostfile.h"
+#include "launch/proc_identity.h"
+#include "launch/reaper.h"
+#include "outputs/output_lock.h"
 #include "trainer/checkpoint.h"
 
 #define HOST_CHECK_TIMEOUT_S 15
@@ -120,7 +123,7 @@ static int parse_args(int argc, char **argv, launch_opts *o) {
         if ((strcmp(argv[i], "-n") == 0 || strcmp(argv[i], "--nproc") == 0) && i + 1 < argc) {
             char *end;
             long n = strtol(argv[++i], &end, 10);
-            if (*end || n < 1 || n > 65536) return tn_err("launch: -n '%s': expected a number of ranks >= 1", argv[i]);
+            if (*end || n < 1 || n > 65536) return tn_err("launch: -n '%s': expected a number of ranks in 1..65536", argv[i]);
             o->n = (int)n;
         } else if (strcmp(argv[i], "--hostfile") == 0 && i + 1 < argc) {
             o->hostfile = argv[++i];
@@ -282,13 +285,17 @@ static void build_command(const launch_opts *o, const char *hostfile, const char
 /* Runs argv (mpirun ...) to completion and returns its exit status (128 + signal when killed). Its stderr
  * is relayed line by line; once a rank has reported a fatal error ("tandem: error: ..."), mpirun gets
  * ABORT_GRACE_S to take the job down, then it is killed: across a cut link mpirun itself can wait for a
- * machine it cannot reach, and the launch must not hang. */
+ * machine it cannot reach, and the launch must not hang. An interrupt (Ctrl-C, SIGTERM) goes to mpirun
+ * (with SIGCONT, in case it is stopped); INTERRUPT_TERM_S later every process of the job gets SIGTERM,
+ * INTERRUPT_KILL_S later SIGKILL. It returns only when no process of the job is left (reaper.h). */
 #define ABORT_GRACE_S 10
+#define INTERRUPT_TERM_S 5
+#define INTERRUPT_KILL_S 10
 static volatile sig_atomic_t child_pgid, interrupted;
 
 static void forward_signal(int sig) { /* Ctrl-C / kill reach the job, and end the launch (no restart) */
-    interrupted = 1;
-    if (child_pgid > 0) kill(-child_pgid, sig);
+    if (!interrupted) interrupted = sig;
+    if (child_pgid > 0) kill(-child_pgid, sig), kill(-child_pgid, SIGCONT);
 }
 
 static int run_child(char **argv) {
@@ -297,12 +304,13 @@ static int run_child(char **argv) {
         fprintf(stderr, "tandem: error: pipe: %s\n", strerror(errno));
         return 127;
     }
-    pid_t pid = fork();
+    pid_t launcher = getpid(), pid = fork();
     if (pid < 0) {
         fprintf(stderr, "tandem: error: fork: %s\n", strerror(errno));
         return 127;
     }
     if (pid == 0) {
+        tn_reaper_child_setup(launcher); /* mpirun ends the job when the launcher dies */
         setpgid(0, 0); /* its own group: killed as a whole below */
         dup2(errp[1], 2);
         close(errp[0]), close(errp[1]);
@@ -319,10 +327,16 @@ static int run_child(char **argv) {
     fcntl(errp[0], F_SETFL, O_NONBLOCK);
     char buf[4096], line[8192];
     size_t used = 0;
-    double fatal_at = 0;
-    int status = 0, open_pipe = 1;
+    double fatal_at = 0, interrupted_at = 0;
+    int status = 0, open_pipe = 1, escalated = 0;
     for (;;) {
         if (waitpid(pid, &status, WNOHANG) == pid) break;
+        if (interrupted && !interrupted_at) interrupted_at = tn_now();
+        if (interrupted_at && escalated < 2 && tn_now() - interrupted_at > (escalated ? INTERRUPT_KILL_S : INTERRUPT_TERM_S)) {
+            fprintf(stderr, "tandem launch: the job has not ended %d s after the interrupt: %s to every process of it\n",
+                    escalated ? INTERRUPT_KILL_S : INTERRUPT_TERM_S, escalated ? "SIGKILL" : "SIGTERM");
+            tn_reaper_signal_all(escalated++ ? SIGKILL : SIGTERM);
+        }
         struct pollfd p = {.fd = errp[0], .events = POLLIN};
         if (open_pipe && poll(&p, 1, 200) > 0) {
             ssize_t got = read(errp[0], buf, sizeof buf);
@@ -347,7 +361,18 @@ static int run_child(char **argv) {
     if (used) fwrite(line, 1, used, stderr);
     close(errp[0]);
     child_pgid = 0;
+    /* ranks that outlived mpirun are ours now (subreaper): none may go on writing once the launch returns */
+    int left = interrupted ? tn_reaper_drain(2, 3) : tn_reaper_drain(5, 5);
+    if (left) fprintf(stderr, "tandem launch: %d process(es) of the job outlived mpirun; all have ended now\n", left);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* An interrupt ends the launch as an interrupt: one line, and 128 + the signal (130 for Ctrl-C), as a shell
+ * reports it. */
+static int report_interrupt(void) {
+    fprintf(stderr, "tandem launch: interrupted (%s): the job is stopped and every rank has ended\n",
+            interrupted == SIGINT ? "SIGINT" : interrupted == SIGTERM ? "SIGTERM" : "a signal");
+    return 128 + interrupted;
 }
 
 /* Micro-batch and accumulation for `ranks` ranks keeping the global batch: the largest micro-batch
@@ -413,11 +438,28 @@ int tn_cmd_launch(int argc, char **argv) {
         for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
         setenv("TANDEM_JOB_SECRET", hex, 1); /* forwarded with the other TANDEM_* variables */
     }
+    /* the job holds output_dir (its rank 0 recognises this launcher as the holder), and owns its processes */
+    tn_output_lock *lock = NULL;
+    if (!o.dry_run) {
+        char me[TN_IDENTITY_MAX];
+        tn_identity_self(me);
+        setenv("TANDEM_LAUNCHER", me, 1); /* forwarded with the other TANDEM_* variables */
+        if (!(lock = tn_output_lock_take(cfg.output_dir, NULL, cfg.source_path))) {
+            fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
+            tn_hostfile_free(&hf);
+            return 1;
+        }
+        tn_reaper_become();
+    }
     const int ranks0 = o.n ? o.n : hf.total_slots;
     const int64_t global = (int64_t)ranks0 * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps;
     int ranks = ranks0;
     char live_hostfile[64] = "";
     for (int attempt = 0;; attempt++) {
+        if (interrupted) { /* between two attempts: none is started */
+            rc = report_interrupt();
+            break;
+        }
         char resume[TN_PATH_MAX + 64], extra[3][TN_PATH_MAX + 96], *xp[3] = {extra[0], extra[1], extra[2]};
         int n_extra = 0;
         /* a restart resumes from the newest complete checkpoint, whatever overwrite_output_dir says */
@@ -448,7 +490,11 @@ int tn_cmd_launch(int argc, char **argv) {
         int status = run_child(v);
         free_argv(v, n);
         if (status == 0) break;
-        if (attempt >= o.max_restarts || interrupted) {
+        if (interrupted) { /* not a failure of the run: no restart, and said as what it is */
+            rc = report_interrupt();
+            break;
+        }
+        if (attempt >= o.max_restarts) {
             if (o.max_restarts)
                 fprintf(stderr, "tandem: error: the run failed (exit %d) and its %d restart(s) are used up\n", status,
                         o.max_restarts);
@@ -475,6 +521,7 @@ int tn_cmd_launch(int argc, char **argv) {
         }
     }
     if (live_hostfile[0]) unlink(live_hostfile);
+    tn_output_lock_release(lock);
     tn_hostfile_free(&hf);
     return rc;
 }

@@ -11,6 +11,7 @@
 #include "config/deepspeed_config.h"
 #include "config/train_config.h"
 #include "core/core.h"
+#include "launch/rank_watch.h"
 #include "trainer/job.h"
 #include "trainer/replica.h"
 
@@ -59,6 +60,7 @@ int tn_cmd_train(int argc, char **argv) {
         fprintf(stderr, "tandem: error: train needs a config file: tandem train CONFIG.yaml [key=value ...]\n");
         return 1;
     }
+    tn_rank_watch_start(); /* a rank whose launcher or mpirun dies stops by itself (before MPI: its parent) */
     tn_comm *comm = tn_comm_init(NULL, NULL);
     if (!comm) {
         fprintf(stderr, "tandem: error: %s\n", tn_errmsg());

@@ -83,9 +83,13 @@ float *tn_xalloc_floats(size_t n) {
 void tn_free_aligned(void *p) { free(p); }
 
 char *tn_read_file(const char *path, size_t *len, size_t max_bytes) {
-    FILE *f = fopen(path, "rb");
+    /* O_NONBLOCK: opening a FIFO without a writer (or some devices) would otherwise wait forever before the
+     * regular-file check below could refuse it */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
         tn_err("%s: cannot open: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
         return NULL;
     }
     struct stat st;
@@ -94,6 +98,7 @@ char *tn_read_file(const char *path, size_t *len, size_t max_bytes) {
         tn_err("%s: not a regular file", path);
         return NULL;
     }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     size_t n = (size_t)st.st_size;
     if (max_bytes && n > max_bytes) {
         fclose(f);

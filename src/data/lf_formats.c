@@ -10,6 +10,7 @@
  * sharegpt: an optional leading system turn, then roles alternating user|observation and
  * assistant|function; a wrong role or an odd count marks the example broken (LF drops it). */
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,16 @@ static int file_type(const char *path, int *type) {
     else
         return tn_err("%s: unknown file type (allowed: json, jsonl, txt)", path);
     return 0;
+}
+
+/* A data file must be a regular file: a FIFO or a device would hang the run or feed it endless bytes. */
+static int regular_file(const char *path, const char *dsname) {
+    struct stat st;
+    if (stat(path, &st) != 0) return tn_err("%s: dataset '%s': cannot read: %s", path, dsname, strerror(errno));
+    if (S_ISREG(st.st_mode)) return 0;
+    const char *what = S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                       : S_ISSOCK(st.st_mode) ? "a socket" : S_ISDIR(st.st_mode) ? "a folder" : "not a file";
+    return tn_err("%s: dataset '%s': %s, not a regular file; expected a json, jsonl or txt file", path, dsname, what);
 }
 
 int lf_dataset_files(const char *dataset_dir, const lf_dsattr *ds, lf_file **files, int *n) {
@@ -64,7 +75,7 @@ int lf_dataset_files(const char *dataset_dir, const lf_dsattr *ds, lf_file **fil
         lf_file *f = &(*files)[i];
         f->path = names[i], names[i] = NULL;
         (*n)++;
-        if (file_type(f->path, &f->type) != 0) rc = -1;
+        if (regular_file(f->path, ds->name) != 0 || file_type(f->path, &f->type) != 0) rc = -1;
         else if (i > 0 && f->type != (*files)[0].type)
             rc = tn_err("%s: dataset '%s': files of one folder must have the same type", f->path, ds->name);
         else if (!(f->bytes = tn_read_file(f->path, &f->n, LF_MAX_FILE)))

@@ -219,6 +219,44 @@ static int check_unique(const st_file *f) {
     return rc;
 }
 
+/* The data section as the reference lays it out and its validate() demands: tensors packed back to back
+ * from byte 0 to the end, in offset order. Two tensors sharing bytes, or a range shifted so that bytes
+ * belong to no tensor, mean a damaged or hostile header: refused, naming the tensors. */
+static int by_offsets(const void *a, const void *b) {
+    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+static int check_layout(const st_file *f) {
+    const st_tensor **order = tn_xcalloc((size_t)f->n ? (size_t)f->n : 1, sizeof *order);
+    for (int i = 0; i < f->n; i++) order[i] = &f->tensors[i];
+    qsort(order, (size_t)f->n, sizeof *order, by_offsets);
+    uint64_t next = 0, avail = f->size - f->data_start;
+    const st_tensor *prev = NULL;
+    char a[96], b[96];
+    int rc = 0;
+    for (int i = 0; i < f->n && rc == 0; i++) {
+        const st_tensor *t = order[i];
+        if (prev && t->begin < next)
+            rc = tn_err("%s: tensors '%s' data_offsets [%llu, %llu] and '%s' [%llu, %llu] overlap (share bytes)", f->path,
+                        tn_shown(prev->name, a), (unsigned long long)prev->begin, (unsigned long long)prev->end,
+                        tn_shown(t->name, b), (unsigned long long)t->begin, (unsigned long long)t->end);
+        else if (t->begin != next)
+            rc = tn_err("%s: tensor '%s': data_offsets [%llu, %llu] are misaligned: bytes [%llu, %llu) before it belong "
+                        "to no tensor (safetensors packs tensors back to back from byte 0)", f->path, tn_shown(t->name, a),
+                        (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)next,
+                        (unsigned long long)t->begin);
+        next = t->end, prev = t;
+    }
+    if (rc == 0 && next != avail)
+        rc = tn_err("%s: bytes [%llu, %llu) at the end of the data belong to no tensor%s%s%s (misaligned data_offsets "
+                    "or a damaged file)", f->path, (unsigned long long)next, (unsigned long long)avail,
+                    prev ? "; the last one, '" : "", prev ? tn_shown(prev->name, a) : "", prev ? "', ends before" : "");
+    free(order);
+    return rc;
+}
+
 static int parse_entries(st_file *f, const cJSON *root) {
     int n = 0, nmeta = 0;
     for (const cJSON *it = root->child; it; it = it->next) {
@@ -237,7 +275,7 @@ static int parse_entries(st_file *f, const cJSON *root) {
         t->name = tn_xstrdup(it->string);
         f->n++;
     }
-    return check_unique(f);
+    return check_unique(f) == 0 ? check_layout(f) : -1;
 }
 
 static int parse_header(st_file *f) {

@@ -4,6 +4,8 @@
  * tensor name -> {"dtype", "shape", "data_offsets": [begin, end)} relative to the data start, plus an
  * optional "__metadata__" object of string values. Every length, offset and shape is validated against
  * the file size before use: a malformed file is an error naming the file and the offending tensor/key.
+ * As the reference's validate(), the tensors must tile the data section exactly (back to back from byte 0,
+ * in offset order): overlapping or shifted data_offsets are refused, naming the tensors.
  *
  * A model folder holds either model.safetensors or model.safetensors.index.json ("weight_map":
  * name -> shard file) plus its shards; st_set opens either transparently. */

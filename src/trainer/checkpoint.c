@@ -94,6 +94,19 @@ static int write_manifest(const char *dir, const tn_ckpt_state *st) {
     char fp[32];
     snprintf(fp, sizeof fp, "%016" PRIx64, st->config_fingerprint);
     cJSON_AddStringToObject(root, "config_fingerprint", fp);
+    if (st->recipe) { /* "key=value" lines -> {"key": "value"}: what the run was trained with (recipe.h) */
+        cJSON *r = cJSON_AddObjectToObject(root, "recipe");
+        for (const char *l = st->recipe; *l;) {
+            size_t len = strcspn(l, "\n"), k = strcspn(l, "=");
+            if (k < len) {
+                char key[64], val[PATH_MAX + 64];
+                snprintf(key, sizeof key, "%.*s", (int)k, l);
+                snprintf(val, sizeof val, "%.*s", (int)(len - k - 1), l + k + 1);
+                cJSON_AddStringToObject(r, key, val);
+            }
+            l += len + (l[len] == '\n');
+        }
+    }
     cJSON_AddItemToObject(root, "files", files);
     DIR *d = opendir(dir);
     if (!d) {
@@ -287,6 +300,30 @@ int tn_checkpoint_load(const char *dir, tn_model *m, tn_adamw *opt, tn_ckpt_stat
     st->samples_seen = (int64_t)seen->valuedouble;
     st->adam_step = (int)adam->valuedouble;
     opt->step = st->adam_step;
+    cJSON_Delete(root);
+    return 0;
+}
+
+int tn_checkpoint_recipe(const char *dir, char *out, size_t n) {
+    char *mp = tn_path_join(dir, MANIFEST);
+    size_t len = 0;
+    char *text = tn_read_file(mp, &len, 1 << 20);
+    free(mp);
+    cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
+    free(text);
+    out[0] = '\0';
+    if (!root) return 0; /* no manifest: tn_checkpoint_verify/_load name the problem */
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "recipe"), *e;
+    if (!cJSON_IsObject(r)) r = NULL;
+    size_t used = 0;
+    cJSON_ArrayForEach(e, r) {
+        if (!cJSON_IsString(e) || strchr(e->string, '=') || strchr(e->string, '\n') || strchr(e->valuestring, '\n'))
+            continue; /* not written by tandem: nothing to compare */
+        int k = snprintf(out + used, n - used, "%s=%s\n", e->string, e->valuestring);
+        if (k < 0 || (size_t)k >= n - used) break;
+        used += (size_t)k;
+    }
+    out[used] = '\0';
     cJSON_Delete(root);
     return 0;
 }

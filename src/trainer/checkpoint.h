@@ -4,7 +4,7 @@
  * folder for full fine-tuning), tandem's optimizer state (optimizer.safetensors: AdamW moments as whole
  * slabs, step count and the data stream position, so any number of ranks can resume it), whatever extra
  * files the caller writes into the folder (trainer_state.json), and, written last, tandem_manifest.json
- * (step, config fingerprint, each file's size and hash). A checkpoint is built in checkpoint-N.partial/
+ * (step, config fingerprint, the run's recipe, each file's size and hash). A checkpoint is built in checkpoint-N.partial/
  * and renamed into place only when complete, so a crash leaves either the whole checkpoint or none;
  * resume takes the newest checkpoint whose manifest verifies and names each one it skips. */
 #ifndef TN_CHECKPOINT_H
@@ -20,6 +20,7 @@ typedef struct {
     int64_t samples_seen;     /* position in the sampler's stream (global) */
     int adam_step;            /* AdamW's own count (steps skipped for non-finite gradients do not count) */
     uint64_t config_fingerprint;
+    const char *recipe;       /* saving: the run's recipe ("key=value" lines, recipe.h) or NULL */
 } tn_ckpt_state;
 
 /* Writes into the folder before the manifest (e.g. trainer_state.json); 0 or -1 + tn_err. */
@@ -36,6 +37,9 @@ int tn_checkpoint_verify(const char *dir);
 int tn_checkpoint_latest(const char *output_dir, char *out, size_t n);
 /* Loads weights, optimizer state and position. The model must have the checkpoint's layout. */
 int tn_checkpoint_load(const char *dir, tn_model *m, tn_adamw *opt, tn_ckpt_state *st);
+/* The recipe dir's manifest records, as "key=value" lines, into out (size n); "" when it records none or
+ * there is no readable manifest (verify and load say why). Returns 0. */
+int tn_checkpoint_recipe(const char *dir, char *out, size_t n);
 /* Keeps the newest `limit` verified checkpoints (never removes the newest verified one). */
 int tn_checkpoint_prune(const char *output_dir, int limit);
 /* 1 when output_dir holds checkpoint-* folders. */

@@ -8,14 +8,18 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "launch/rank_watch.h"
 #include "data/dataset.h"
 #include "data/lf_dataset.h"
 #include "tokenizer/tokenizer.h"
 #include "model/model.h"
+#include "outputs/output_lock.h"
 #include "outputs/progress.h"
 #include "outputs/run_log.h"
 #include "trainer/checkpoint.h"
 #include "trainer/demo_eval.h"
+#include "trainer/memory_check.h"
+#include "trainer/recipe.h"
 #include "trainer/replica.h"
 #include "trainer/trainer.h"
 
@@ -196,6 +200,7 @@ typedef struct {
     tn_comm *comm;
     int lead;
     uint64_t config_fingerprint;
+    const char *recipe;       /* recorded in every checkpoint (recipe.h) */
     tn_run_log *log;          /* rank 0 only */
     const tn_dataset *eval;   /* NULL: no evaluation set */
     double t0;                /* when this process started training */
@@ -236,11 +241,13 @@ static int save_checkpoint(const job_ctx *j) {
     int rc = 0;
     if (j->lead) {
         tn_ckpt_state st = {.step = j->t->step, .samples_seen = j->t->samples_seen, .adam_step = j->t->opt->step,
-                            .config_fingerprint = j->config_fingerprint};
+                            .config_fingerprint = j->config_fingerprint, .recipe = j->recipe};
         tn_comm_busy(j->comm, 1); /* the others wait for this write: alive, not hung */
+        tn_rank_watch_saving(1);  /* a rank whose launcher died finishes this save first */
         rc = tn_checkpoint_save(j->cfg->output_dir, j->t->model, j->t->opt, &st, !j->cfg->save_only_model,
                                 write_state_into, (void *)j);
         if (rc == 0) rc = tn_checkpoint_prune(j->cfg->output_dir, j->cfg->save_total_limit);
+        tn_rank_watch_saving(0);
         tn_comm_busy(j->comm, 0);
     }
     return agree(j->comm, rc);
@@ -358,13 +365,19 @@ static int train_loop(job_ctx *j) {
     return 0;
 }
 
-/* The end of a run as LLaMA-Factory's run_sft leaves it: final evaluation when there is an evaluation set,
- * then train/eval/all_results.json, trainer_state.json and the loss plot (rank 0). Collective. */
-static int finish_outputs(job_ctx *j) {
+/* The end of a run as LLaMA-Factory's run_sft leaves it: the final evaluation when there is an evaluation
+ * set (collective), the model, then train/eval/all_results.json, trainer_state.json and the loss plot
+ * (rank 0). The results come only after the model is on disk: a results file must never claim a finished
+ * run whose model is missing. */
+static int final_eval(job_ctx *j, double *loss, double *runtime) {
+    *loss = 0, *runtime = 0;
+    int rc = j->eval ? agree(j->comm, evaluate(j, loss, runtime)) : 0;
+    if (rc == 0 && j->eval && j->lead) printf("tandem: eval_loss %.4f on %d held-out samples\n", *loss, j->eval->n);
+    return rc;
+}
+
+static int write_results(job_ctx *j, double eval_loss, double eval_rt) {
     const tn_trainer *t = j->t;
-    double eval_loss = 0, eval_rt = 0;
-    int rc = j->eval ? agree(j->comm, evaluate(j, &eval_loss, &eval_rt)) : 0;
-    if (rc || !j->lead) return rc;
     tn_trainer_state_info in = state_info(j, j->cfg->save_steps > 0);
     int64_t global = (int64_t)t->world * t->micro_batch * t->accum;
     tn_train_summary sum = {.train_runtime_s = tn_now() - j->t0,
@@ -375,14 +388,24 @@ static int finish_outputs(job_ctx *j) {
                             .eval_samples = j->eval ? j->eval->n : 0,
                             .eval_batches = j->eval ? (int)((j->eval->n + global - 1) / (t->world * t->micro_batch)) : 0,
                             .state = &in};
-    if (j->eval) printf("tandem: eval_loss %.4f on %d held-out samples\n", eval_loss, j->eval->n);
     return tn_run_log_finish(j->log, j->cfg->output_dir, &sum, j->cfg->plot_loss);
+}
+
+/* After a failed final save: results of an earlier run in output_dir must not stand beside a model that
+ * is now missing or half replaced. */
+static void drop_results(const char *output_dir) {
+    const char *files[] = {"train_results.json", "eval_results.json", "all_results.json", "trainer_state.json"};
+    for (int i = 0; i < 4; i++) {
+        char *p = tn_path_join(output_dir, files[i]);
+        unlink(p);
+        free(p);
+    }
 }
 
 /* LLaMA-Factory's resume rule, on rank 0: resume_from_checkpoint (a folder, or true for the newest in
  * output_dir); else, unless overwrite_output_dir, the newest complete checkpoint in output_dir; an
- * output_dir holding trained weights but no checkpoint is an error rather than silently overwritten.
- * 1 and the folder in dir, 0 for a fresh start, -1 + tn_err. */
+ * output_dir holding trained weights but no checkpoint, or checkpoints none of which verifies, is an
+ * error rather than silently overwritten. 1 and the folder in dir, 0 for a fresh start, -1 + tn_err. */
 static int find_resume(const tn_train_config *cfg, char *dir, size_t n) {
     const char *r = cfg->resume_from_checkpoint;
     if (r[0] && strcmp(r, "true") != 0) {
@@ -393,6 +416,10 @@ static int find_resume(const tn_train_config *cfg, char *dir, size_t n) {
     if (r[0] || !cfg->overwrite_output_dir) {
         if (tn_checkpoint_latest(cfg->output_dir, dir, n)) return 1;
         if (r[0]) return tn_err("%s: resume_from_checkpoint: no complete checkpoint in %s", cfg->source_path, cfg->output_dir);
+        if (tn_checkpoint_any(cfg->output_dir)) /* all damaged: training from step 0 would discard the run quietly */
+            return tn_err("%s: output_dir %s holds checkpoints but none verifies (each is named above): set "
+                          "overwrite_output_dir: true to train from step 0, or resume_from_checkpoint: a good copy",
+                          cfg->source_path, cfg->output_dir);
         const char *weights[] = {"model.safetensors", "adapter_model.safetensors", "model.safetensors.index.json"};
         for (int i = 0; i < 3; i++) {
             char *p = tn_path_join(cfg->output_dir, weights[i]);
@@ -409,9 +436,15 @@ static int find_resume(const tn_train_config *cfg, char *dir, size_t n) {
 
 int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fingerprint) {
     const int rank = tn_comm_get_info(comm)->rank, lead = rank == 0;
-    job_data data;
-    int rc = agree(comm, load_data(cfg, comm, &data));
+    job_data data = {0};
+    /* one job per output_dir: rank 0 holds its lock (or finds it held by the launcher of this job) */
+    tn_output_lock *lock = NULL;
+    const char *launcher = getenv("TANDEM_LAUNCHER");
+    int rc = agree(comm, lead && !(lock = tn_output_lock_take(cfg->output_dir, launcher, cfg->source_path)) ? -1 : 0);
+    if (rc == 0) rc = agree(comm, load_data(cfg, comm, &data));
     tn_dataset train = data.train, eval = data.eval;
+    /* absurd sizes are one line naming the key and the bytes, before anything is allocated */
+    if (rc == 0) rc = agree(comm, tn_memory_check(cfg, train.S, tn_comm_get_info(comm)->local_size));
     tn_model *m = rc ? NULL : load_model(cfg);
     int need = is_demo(cfg) ? TN_BYTE_VOCAB : data.vocab;
     if (m && m->V < need) {
@@ -429,10 +462,14 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     /* resume on rank 0 (only it needs to see output_dir), then every rank takes rank 0's state */
     int resumed = 0;
     char resume_dir[TN_PATH_MAX + 64] = "";
+    static char recipe[TN_RECIPE_MAX];
+    if (rc == 0) tn_recipe_of(cfg, t->world, recipe, sizeof recipe);
     if (rc == 0 && lead) {
         tn_ckpt_state st = {0};
         resumed = find_resume(cfg, resume_dir, sizeof resume_dir);
-        if (resumed == 1 && tn_checkpoint_load(resume_dir, m, t->opt, &st) == 0) {
+        if (resumed == 1 && tn_recipe_check_resume(resume_dir, recipe, cfg->source_path) != 0) /* a note per change */
+            resumed = -1;
+        else if (resumed == 1 && tn_checkpoint_load(resume_dir, m, t->opt, &st) == 0) {
             t->step = st.step;
             t->samples_seen = st.samples_seen;
             printf("tandem: resuming from %s (step %d of %d)\n", resume_dir, st.step, t->total_steps);
@@ -444,7 +481,7 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     if (rc == 0) rc = agree(comm, tn_replica_sync_params(comm, m));
     if (rc == 0) rc = agree(comm, tn_replica_sync_position(comm, t->opt, &t->step, &t->samples_seen));
     job_ctx j = {.cfg = cfg, .t = t, .comm = comm, .lead = lead, .config_fingerprint = config_fingerprint,
-                 .eval = eval.n > 0 && !is_demo(cfg) ? &eval : NULL};
+                 .recipe = recipe, .eval = eval.n > 0 && !is_demo(cfg) ? &eval : NULL};
     if (rc == 0 && lead) { /* trainer_log.jsonl: continued on resume, fresh otherwise */
         j.log = tn_run_log_open(cfg->output_dir, t->step);
         if (j.log && t->step > 0 && resume_dir[0] && tn_run_log_load_history(j.log, resume_dir) != 0) {
@@ -462,14 +499,16 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
         rc = train_loop(&j);
         tn_comm_set_peer_timeout(comm, 0);
     }
-    if (lead) tn_comm_busy(comm, 1);
-    if (rc == 0) rc = finish_outputs(&j);
-    if (j.log) tn_run_log_close(j.log);
+    double eval_loss = 0, eval_rt = 0;
+    if (rc == 0) rc = final_eval(&j, &eval_loss, &eval_rt);
+    if (lead) tn_comm_busy(comm, 1), tn_rank_watch_saving(1);
     if (rc == 0) {
         /* rank 0 alone writes; the others wait for its verdict so every rank exits with the same status */
         if (lead) {
             rc = save_outputs(cfg, m);
             if (rc == 0) printf("tandem: saved %s to %s\n", m->lora.r ? "LoRA adapter" : "model", cfg->output_dir);
+            else drop_results(cfg->output_dir);
+            if (rc == 0) rc = write_results(&j, eval_loss, eval_rt);
             if (rc == 0 && is_demo(cfg)) {
                 printf("tandem: held-out problems (never trained on), greedy completions:\n");
                 double acc = tn_demo_report(m, &eval, 8);
@@ -478,9 +517,11 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
         }
         rc = agree(comm, rc);
     }
-    if (lead) tn_comm_busy(comm, 0);
+    if (j.log) tn_run_log_close(j.log);
+    if (lead) tn_comm_busy(comm, 0), tn_rank_watch_saving(0);
     tn_trainer_free(t);
     tn_model_free(m);
     job_data_free(&data);
+    tn_output_lock_release(lock);
     return rc;
 }

@@ -374,11 +374,30 @@ static void test_malformed(void) {
     EXPECT_BAD("{\"__metadata__\":[]}", 0, "__metadata__");
     EXPECT_BAD("{\"a\\nb\":{\"dtype\":\"F8\"}}", 0, "'a?b'"); /* control characters masked: still one line */
 
-    /* legal oddities: overlapping ranges, trailing padding, zero-size, scalar, empty header */
-    expect_ok("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-              "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}   ", 8, 2, __LINE__);
-    expect_ok("{\"e\":{\"dtype\":\"F32\",\"shape\":[3,0],\"data_offsets\":[8,8]},"
-              "\"s\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[1,5]}}", 8, 2, __LINE__);
+    /* the data section must be tiled exactly, as the reference's validate() demands (issue 15): two tensors
+     * sharing bytes, a range shifted by 2 bytes, bytes before, between or after the tensors */
+    EXPECT_BAD("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+               "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}   ", 8,
+               "tensors 'a' data_offsets [0, 8] and 'b' [4, 8] overlap");
+    EXPECT_BAD("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+               "\"v\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[6,14]}}", 16,
+               "tensors 'w' data_offsets [0, 8] and 'v' [6, 14] overlap"); /* v shifted 2 bytes down */
+    EXPECT_BAD("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[2,10]},"
+               "\"v\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[10,18]}}", 18,
+               "tensor 'w': data_offsets [2, 10] are misaligned: bytes [0, 2)"); /* both shifted 2 bytes up */
+    EXPECT_BAD("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+               "\"v\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[10,18]}}", 18,
+               "tensor 'v': data_offsets [10, 18] are misaligned: bytes [8, 10)");
+    EXPECT_BAD("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12,
+               "bytes [8, 12) at the end of the data belong to no tensor; the last one, 'w'");
+    EXPECT_BAD("{\"big\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+               "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,8]}}", 16,
+               "tensors 'big' data_offsets [0, 16] and 'e' [8, 8] overlap"); /* even an empty one inside another */
+    /* legal oddities: trailing header padding, zero-size, scalar, header order unlike data order, empty header */
+    expect_ok("{\"e\":{\"dtype\":\"F32\",\"shape\":[3,0],\"data_offsets\":[4,4]},"
+              "\"s\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[0,4]}}   ", 4, 2, __LINE__);
+    expect_ok("{\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[4,7]},"
+              "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 7, 2, __LINE__);
     expect_ok("{}", 0, 0, __LINE__);
     expect_ok("{\"__metadata__\":{\"format\":\"pt\"}}", 0, 0, __LINE__);
 

@@ -1,0 +1,154 @@
+/* memory_check.c -- see memory_check.h. Every count is a double: the sizes checked here are the ones
+ * whose products overflow 64-bit integers. */
+#include "trainer/memory_check.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+
+void tn_memory_estimate(const tn_train_config *cfg, const tn_model_config *mc, int seq_len, tn_memory_need *need) {
+    const double D = mc->hidden_size, I = mc->intermediate_size, H = mc->num_attention_heads, V = mc->vocab_size,
+                 L = mc->num_hidden_layers, hd = mc->head_dim, KV = mc->num_key_value_heads;
+    const double q = H * hd, kv = KV * hd, q3 = q + 2 * kv, S = seq_len;
+    /* model.c's layout_pass */
+    double layer = 2 * D + q * D + 2 * kv * D + q * D + 3 * I * D + (mc->qkv_bias ? q3 : 0) + (mc->o_bias ? D : 0);
+    double embed = V * D * (mc->tie_word_embeddings ? 1 : 2);
+    int lora = cfg->finetuning_type == TN_FT_LORA;
+    unsigned targets = 0;
+    if (lora && tn_lora_parse_targets(cfg->lora_target, &targets) != 0) targets = 0;
+    const double r = lora ? cfg->lora_rank : 0;
+    double in_out[TN_LT_COUNT] = {D + q, D + kv, D + kv, q + D, D + I, D + I, I + D}, lora_layer = 0, n_adapted = 0;
+    for (int t = 0; t < TN_LT_COUNT; t++)
+        if (targets & (1u << t)) lora_layer += r * in_out[t], n_adapted++;
+    /* parameters (4 bytes each); trainable ones also hold a gradient and AdamW's two moments */
+    need->layer_bytes = 4 * (lora ? layer + 4 * lora_layer : 4 * layer);
+    need->embed_bytes = 4 * (lora ? embed : 4 * embed);
+    need->param_bytes = L * need->layer_bytes + need->embed_bytes + 4 * D * (lora ? 1 : 4);
+    /* model_forward.c's carve: one set of layer activations per layer (one with checkpointing), the layer
+     * inputs, the backward buffers and one lm_head chunk of logits */
+    const double B = cfg->per_device_train_batch_size, T = B * S, widest = fmax(fmax(D, I), q);
+    double set = T * (3 * D + 2 + q3 + q + 2 * I + r * n_adapted) + T * H;
+    double chunk = floor((double)(1 << 24) / V);
+    chunk = chunk < 64 ? 64 : floor(chunk / 64) * 64;
+    double acts = (cfg->gradient_checkpointing ? 1 : L) * set + (L + 1) * T * D + T * (3 * D + 1 + 4 * I + q3 + q) +
+                  T * r + (lora && cfg->lora_dropout > 0 ? 2 * T * widest : 0) + fmin(chunk, T) * V + S * hd;
+    /* token ids and labels: three per token in the workspace, two per token of every accumulated micro-batch */
+    need->act_bytes = 4 * acts + 4 * 3 * T + 4 * 2 * T * cfg->gradient_accumulation_steps;
+    need->tokens = T;
+}
+
+double tn_memory_available(int *limited) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double phys = pages > 0 && page > 0 ? (double)pages * (double)page : 0, cg = 0;
+    /* a container's limit (cgroup v2, then v1; "max" or a huge v1 number means none) */
+    const char *files[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (int i = 0; i < 2 && cg == 0; i++) {
+        FILE *f = fopen(files[i], "r");
+        unsigned long long v;
+        if (f && fscanf(f, "%llu", &v) == 1) cg = (double)v;
+        if (f) fclose(f);
+    }
+    *limited = cg > 0 && (phys == 0 || cg < phys);
+    return *limited ? cg : phys;
+}
+
+static const char *human(double bytes, char buf[static 48]) {
+    const char *unit[] = {"bytes", "KB", "MB", "GB", "TB", "PB", "EB"};
+    double v = bytes;
+    int u = 0;
+    while (v >= 1000 && u < 6) v /= 1000, u++;
+    if (bytes < 1e15) snprintf(buf, 48, "%.0f bytes (%.1f %s)", bytes, v, unit[u]);
+    else snprintf(buf, 48, "%.3g bytes (%.1f %s)", bytes, v, unit[u]);
+    return buf;
+}
+
+/* config.json against the weights file's header: a size that disagrees would make the model (perhaps
+ * absurdly large) only for the load to refuse it afterwards. Extra layers in the file are not an error
+ * (the load takes the ones the config names). */
+static int check_weight_shapes(const char *dir, const char *cfg_path, const tn_model_config *mc) {
+    st_set s;
+    if (st_set_open(&s, dir) != 0) return -1;
+    const st_file *f = NULL;
+    const st_tensor *t = st_set_find(&s, "model.embed_tokens.weight", &f);
+    int rc = 0, top = -1;
+    if (t && t->ndim == 2 && t->shape[0] != mc->vocab_size)
+        rc = tn_err("%s: key 'vocab_size' is %d but %s holds model.embed_tokens.weight as [%lld, %lld]", cfg_path,
+                    mc->vocab_size, f->path, (long long)t->shape[0], (long long)t->shape[1]);
+    else if (t && t->ndim == 2 && t->shape[1] != mc->hidden_size)
+        rc = tn_err("%s: key 'hidden_size' is %d but %s holds model.embed_tokens.weight as [%lld, %lld]", cfg_path,
+                    mc->hidden_size, f->path, (long long)t->shape[0], (long long)t->shape[1]);
+    t = rc ? NULL : st_set_find(&s, "model.layers.0.mlp.gate_proj.weight", &f);
+    if (t && t->ndim == 2 && t->shape[0] != mc->intermediate_size)
+        rc = tn_err("%s: key 'intermediate_size' is %d but %s holds model.layers.0.mlp.gate_proj.weight as [%lld, %lld]",
+                    cfg_path, mc->intermediate_size, f->path, (long long)t->shape[0], (long long)t->shape[1]);
+    for (int i = 0; i < s.nfiles && rc == 0; i++)
+        for (int k = 0; k < s.files[i].n; k++) {
+            int l;
+            if (sscanf(s.files[i].tensors[k].name, "model.layers.%d.", &l) == 1 && l > top) top = l;
+        }
+    if (rc == 0 && top >= 0 && top + 1 < mc->num_hidden_layers)
+        rc = tn_err("%s: key 'num_hidden_layers' is %d but the weights in %s hold %d layer(s)", cfg_path,
+                    mc->num_hidden_layers, dir, top + 1);
+    st_set_close(&s);
+    return rc;
+}
+
+int tn_memory_check(const tn_train_config *cfg, int seq_len, int local_ranks) {
+    int fresh = !cfg->model_name_or_path[0];
+    char *path = fresh ? tn_xstrdup(cfg->model_config) : tn_path_join(cfg->model_name_or_path, "config.json");
+    tn_model_config mc;
+    int rc = tn_model_config_load(path, &mc);
+    if (rc == 0 && !fresh) rc = check_weight_shapes(cfg->model_name_or_path, path, &mc);
+    tn_memory_need n;
+    if (rc == 0) tn_memory_estimate(cfg, &mc, seq_len, &n);
+    char hb[48];
+    if (rc == 0 && n.tokens > INT_MAX)
+        rc = tn_err("%s: key 'per_device_train_batch_size' %d x %d tokens per sequence is %.0f tokens in one "
+                    "micro-batch (activations: %s), more than the %d tandem can address", cfg->source_path,
+                    cfg->per_device_train_batch_size, seq_len, n.tokens, human(n.act_bytes, hb), INT_MAX);
+    int limited = 0;
+    double avail = rc == 0 ? tn_memory_available(&limited) : 0, ranks = local_ranks > 1 ? local_ranks : 1;
+    if (rc == 0 && avail > 0 && (n.param_bytes + n.act_bytes) * ranks > avail) {
+        /* which key: the batch when one sequence per micro-batch would fit, else the model's sizes */
+        tn_train_config one = *cfg;
+        one.per_device_train_batch_size = 1;
+        tn_memory_need n1;
+        tn_memory_estimate(&one, &mc, seq_len, &n1);
+        char a[48], b[48], c[48], each[64] = "", mem[96];
+        if (ranks > 1) snprintf(each, sizeof each, " for each of the %.0f ranks on this machine", ranks);
+        snprintf(mem, sizeof mem, "more than this machine's %s%s", human(avail, c), limited ? " (its cgroup's limit)" : "");
+        if ((n1.param_bytes + n1.act_bytes) * ranks <= avail)
+            rc = tn_err("%s: key 'per_device_train_batch_size' %d: a micro-batch of %d x %d tokens needs %s of "
+                        "activations (the model %s)%s, %s; lower per_device_train_batch_size (gradient_accumulation_steps "
+                        "keeps the global batch)", cfg->source_path, cfg->per_device_train_batch_size,
+                        cfg->per_device_train_batch_size, seq_len, human(n.act_bytes, a), human(n.param_bytes, b),
+                        each, mem);
+        else if (n1.param_bytes * ranks <= avail)
+            rc = tn_err("%s: key 'cutoff_len' %d: one sequence of %d tokens needs %s of activations (the model %s)%s, "
+                        "%s", cfg->source_path, cfg->cutoff_len, seq_len, human(n1.act_bytes, a),
+                        human(n1.param_bytes, b), each, mem);
+        else if (n.embed_bytes >= mc.num_hidden_layers * n.layer_bytes)
+            rc = tn_err("%s: key 'vocab_size' %d (x hidden_size %d): the embeddings need %s, the whole model with "
+                        "gradients and optimizer state %s%s, %s", path, mc.vocab_size, mc.hidden_size,
+                        human(n.embed_bytes, a), human(n.param_bytes, b), each, mem);
+        else if (n.layer_bytes * ranks > avail) /* one layer alone does not fit: its width is the culprit */
+            rc = tn_err("%s: key '%s' %d: one decoder layer needs %s (x num_hidden_layers %d: %s with gradients and "
+                        "optimizer state)%s, %s", path,
+                        mc.intermediate_size > mc.hidden_size ? "intermediate_size" : "hidden_size",
+                        mc.intermediate_size > mc.hidden_size ? mc.intermediate_size : mc.hidden_size,
+                        human(n.layer_bytes, a), mc.num_hidden_layers, human(n.param_bytes, b), each, mem);
+        else
+            rc = tn_err("%s: key 'num_hidden_layers' %d x %s per layer: the model with gradients and optimizer state "
+                        "needs %s%s, %s", path, mc.num_hidden_layers, human(n.layer_bytes, a), human(n.param_bytes, b),
+                        each, mem);
+    }
+    free(path);
+    return rc;
+}
