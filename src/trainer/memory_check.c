@@ -18,7 +18,8 @@ void tn_memory_estimate(const tn_train_config *cfg, const tn_model_config *mc, i
                  L = mc->num_hidden_layers, hd = mc->head_dim, KV = mc->num_key_value_heads;
     const double q = H * hd, kv = KV * hd, q3 = q + 2 * kv, S = seq_len;
     /* model.c's layout_pass */
-    double layer = 2 * D + q * D + 2 * kv * D + q * D + 3 * I * D + (mc->qkv_bias ? q3 : 0) + (mc->o_bias ? D : 0);
+    double layer = 2 * D + q * D + 2 * kv * D + q * D + 3 * I * D + (mc->qkv_bias ? q3 : 0) + (mc->o_bias ? D : 0) +
+                   (mc->qk_norm ? 2 * hd : 0);
     double embed = V * D * (mc->tie_word_embeddings ? 1 : 2);
     int lora = cfg->finetuning_type == TN_FT_LORA;
     unsigned targets = 0;
@@ -34,13 +35,14 @@ void tn_memory_estimate(const tn_train_config *cfg, const tn_model_config *mc, i
     /* model_forward.c's carve: one set of layer activations per layer (one with checkpointing), the layer
      * inputs, the backward buffers and one lm_head chunk of logits */
     const double B = cfg->per_device_train_batch_size, T = B * S, widest = fmax(fmax(D, I), q);
-    double set = T * (3 * D + 2 + q3 + q + 2 * I + r * n_adapted) + T * H;
+    double set = T * (3 * D + 2 + q3 + q + 2 * I + r * n_adapted) + T * H + (mc->qk_norm ? T * (q + kv + H + KV) : 0);
     double chunk = floor((double)(1 << 24) / V);
     chunk = chunk < 64 ? 64 : floor(chunk / 64) * 64;
     double acts = (cfg->gradient_checkpointing ? 1 : L) * set + (L + 1) * T * D + T * (3 * D + 1 + 4 * I + q3 + q) +
-                  T * r + (lora && cfg->lora_dropout > 0 ? 2 * T * widest : 0) + fmin(chunk, T) * V + S * hd;
-    /* token ids and labels: three per token in the workspace, two per token of every accumulated micro-batch */
-    need->act_bytes = 4 * acts + 4 * 3 * T + 4 * 2 * T * cfg->gradient_accumulation_steps;
+                  T * r + (lora && cfg->lora_dropout > 0 ? 2 * T * widest : 0) + fmin(chunk, T) * (V + D) + S * hd;
+    /* token ids, targets, scored positions: five per token in the workspace, two per token of every
+     * accumulated micro-batch */
+    need->act_bytes = 4 * acts + 4 * 5 * T + 4 * 2 * T * cfg->gradient_accumulation_steps;
     need->tokens = T;
 }
 

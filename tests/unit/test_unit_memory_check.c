@@ -51,7 +51,7 @@ static void compare(const char *what, tn_model_config mc, int lora, int ckpt, do
     double params = 4.0 * (double)(m->n_total + 3 * m->n_trainable); /* slab, gradient, AdamW m and v */
     CHECKF(need.param_bytes == params, "%s: parameter bytes %.0f, allocated %.0f", what, need.param_bytes, params);
     /* activations: every carved buffer is rounded up to 16 floats; ~12 buffers per layer set + ~20 others */
-    double T = 3.0 * S, acts = (double)tn_acts_bytes(a) + 4 * 3 * T + 4 * 2 * T * accum;
+    double T = 3.0 * S, acts = (double)tn_acts_bytes(a) + 4 * 5 * T + 4 * 2 * T * accum;
     double slack = 64.0 * (12.0 * mc.num_hidden_layers + 24);
     CHECKF(need.act_bytes <= acts && acts - need.act_bytes <= slack, "%s: activation bytes %.0f, allocated %.0f",
            what, need.act_bytes, acts);
@@ -106,6 +106,9 @@ int main(void) {
     tn_model_config q = llama();
     snprintf(q.model_type, sizeof q.model_type, "qwen2");
     q.tie_word_embeddings = 1, q.head_dim = 0;
+    tn_model_config q3 = llama(); /* Qwen3: per-head q/k norms and their saved inputs, head_dim != D / H */
+    snprintf(q3.model_type, sizeof q3.model_type, "qwen3");
+    q3.head_dim = 24;
     tn_model_config big_vocab = llama();
     big_vocab.vocab_size = 300000; /* the lm_head chunk: 2^24 / V rounds to 0, at least 64 rows */
     compare("llama full", llama(), 0, 0, 0, 1);
@@ -113,6 +116,8 @@ int main(void) {
     compare("qwen2 full", q, 0, 0, 0, 1);
     compare("llama lora all + dropout", llama(), 1, 0, 0.1, 1);
     compare("qwen2 lora q,down checkpointing", q, 2, 1, 0, 3);
+    compare("qwen3 full", q3, 0, 0, 0, 1);
+    compare("qwen3 lora all checkpointing", q3, 1, 1, 0, 2);
     compare("llama vocab 300000", big_vocab, 0, 1, 0, 1);
 
     expect("hidden_size", "128", 64, NULL); /* the demo as shipped */
