@@ -27,6 +27,10 @@ struct tn_backend {
     void (*download)(float *host, const float *src, size_t n);
     void (*upload_i32)(int32_t *dst, const int32_t *host, size_t n);
     void (*zero)(float *p, size_t n);
+    /* [p, p+n) becomes zero and gives its memory back to the system (sharded state this rank does not own:
+     * it costs nothing until written again); resident: the bytes of [p, p+n) the system really holds */
+    void (*release)(float *p, size_t n);
+    size_t (*resident)(const float *p, size_t n);
     void (*copy)(float *dst, const float *src, size_t n);
     /* dst[r, 0:cols) = src[r, 0:cols) for r < rows (row strides ldd, lds) */
     void (*copy_rows)(float *dst, int ldd, const float *src, int lds, int rows, int cols);

@@ -12,7 +12,10 @@
 #include <stdlib.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Column chunk for reductions over rows: each thread owns whole columns, so no partial buffers. */
 #define COL_CHUNK 64
@@ -25,9 +28,80 @@ static const char *cpu_kernel_name(void) {
     if (!name[0]) snprintf(name, sizeof name, "OpenBLAS %s", openblas_get_corename());
     return name;
 }
-static float *cpu_alloc(size_t n) { return tn_xalloc_floats(n); }
+/* Large buffers come straight from mmap: zero pages are only mapped when first written, and release() can
+ * hand whole pages back (sharded slabs keep only what a rank owns resident). The few such blocks are
+ * remembered here so that cpu_free knows how to return them. */
+#define BIG_FLOATS ((size_t)1 << 16)
+#define MAX_BIG 256
+static struct {
+    void *p;
+    size_t bytes;
+} big[MAX_BIG];
+static pthread_mutex_t big_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static float *cpu_alloc(size_t n) {
+    if (n < BIG_FLOATS) return tn_xalloc_floats(n);
+    if (n > SIZE_MAX / sizeof(float) - 4096) tn_die("slab of %zu floats is too large", n);
+    size_t bytes = (n * sizeof(float) + 4095) & ~(size_t)4095;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) tn_die("out of memory allocating %zu bytes", bytes);
+    pthread_mutex_lock(&big_mu);
+    int k = 0;
+    while (k < MAX_BIG && big[k].p) k++;
+    if (k < MAX_BIG) big[k].p = p, big[k].bytes = bytes;
+    pthread_mutex_unlock(&big_mu);
+    if (k == MAX_BIG) { /* more big blocks than expected: plain memory from here on */
+        munmap(p, bytes);
+        return tn_xalloc_floats(n);
+    }
+    return p;
+}
 static int32_t *cpu_alloc_i32(size_t n) { return tn_xcalloc(n ? n : 1, sizeof(int32_t)); }
-static void cpu_free(void *p) { free(p); }
+static void cpu_free(void *p) {
+    if (!p) return;
+    pthread_mutex_lock(&big_mu);
+    for (int k = 0; k < MAX_BIG; k++)
+        if (big[k].p == p) {
+            munmap(p, big[k].bytes);
+            big[k].p = NULL;
+            pthread_mutex_unlock(&big_mu);
+            return;
+        }
+    pthread_mutex_unlock(&big_mu);
+    free(p);
+}
+
+/* Whole pages inside [p, p+n) are dropped (they read back as zero), the partial pages at the edges zeroed. */
+static void cpu_release(float *p, size_t n) {
+    if (!n) return;
+    const uintptr_t page = 4096, a = (uintptr_t)p, b = (uintptr_t)(p + n);
+    uintptr_t lo = (a + page - 1) & ~(page - 1), hi = b & ~(page - 1);
+    if (hi <= lo || madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) {
+        memset(p, 0, n * sizeof *p);
+        return;
+    }
+    memset(p, 0, lo - a);
+    memset((void *)hi, 0, b - hi);
+}
+
+static size_t cpu_resident(const float *p, size_t n) {
+    if (!n) return 0;
+    const uintptr_t page = 4096, a = (uintptr_t)p, b = (uintptr_t)(p + n);
+    uintptr_t lo = a & ~(page - 1), hi = (b + page - 1) & ~(page - 1);
+    size_t pages = (hi - lo) / page, bytes = 0;
+    unsigned char *vec = tn_xmalloc(pages);
+    if (mincore((void *)lo, hi - lo, vec) != 0) {
+        free(vec);
+        return n * sizeof *p;
+    }
+    for (size_t i = 0; i < pages; i++) {
+        if (!(vec[i] & 1)) continue;
+        uintptr_t s = lo + i * page, e = s + page;
+        bytes += (e < b ? e : b) - (s > a ? s : a);
+    }
+    free(vec);
+    return bytes;
+}
 static void cpu_upload(float *dst, const float *host, size_t n) { memcpy(dst, host, n * sizeof *dst); }
 static void cpu_download(float *host, const float *src, size_t n) { memcpy(host, src, n * sizeof *src); }
 static void cpu_upload_i32(int32_t *dst, const int32_t *h, size_t n) { memcpy(dst, h, n * sizeof *dst); }
@@ -303,6 +377,8 @@ static const tn_backend cpu_backend = {
     .download = cpu_download,
     .upload_i32 = cpu_upload_i32,
     .zero = cpu_zero,
+    .release = cpu_release,
+    .resident = cpu_resident,
     .copy = cpu_copy,
     .copy_rows = cpu_copy_rows,
     .matmul = tn_cpu_matmul,

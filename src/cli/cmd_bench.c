@@ -80,7 +80,7 @@ static int bench_train(int argc, char **argv) {
     const tn_comm_info *in = comm ? tn_comm_get_info(comm) : NULL;
     tn_model *m = tn_model_create(&c, lora ? &lc : NULL, tn_backend_cpu());
     tn_model_init_random(m, 0);
-    tn_grad_sync *sync = comm ? tn_grad_sync_create(comm, m, (size_t)(bucket_mb * 1048576.0)) : NULL;
+    tn_grad_sync *sync = comm ? tn_grad_sync_create(comm, m, (size_t)(bucket_mb * 1048576.0), TN_SYNC_ALLREDUCE) : NULL;
     if (comm && !sync) return -1;
     tn_acts *a = tn_acts_create(m, B, S, 0);
     tn_adamw *o = tn_adamw_create(m);

@@ -38,6 +38,22 @@ static uint64_t config_fingerprint(const char *path, const char *deepspeed, int 
     return h;
 }
 
+/* The ZeRO stage from whichever of zero_stage, the DeepSpeed JSON and fsdp name one; two that disagree are
+ * refused rather than one silently winning. */
+static int pick_zero_stage(tn_train_config *cfg, int ds_stage) {
+    const char *names[3] = {"zero_stage", "deepspeed", "fsdp"};
+    int given[3] = {cfg->zero_stage, ds_stage, cfg->fsdp_stage}, first = -1;
+    for (int i = 0; i < 3; i++) {
+        if (given[i] < 0) continue;
+        if (first >= 0 && given[i] != given[first])
+            return tn_err("%s: key '%s' asks for ZeRO stage %d but '%s' for stage %d: make them agree (or keep one)",
+                          cfg->source_path, names[first], given[first], names[i], given[i]);
+        if (first < 0) first = i;
+    }
+    cfg->zero_stage = first >= 0 ? given[first] : 0;
+    return 0;
+}
+
 /* The YAML, its overrides, and the DeepSpeed JSON it names (its notes join the YAML's). */
 static int load_config(int argc, char **argv, int world, tn_train_config *cfg) {
     int rc = tn_train_config_load(argv[0], cfg);
@@ -46,12 +62,15 @@ static int load_config(int argc, char **argv, int world, tn_train_config *cfg) {
         rc = tn_train_config_override(cfg, argv[i]);
     }
     if (rc == 0) rc = tn_train_config_finish(cfg);
+    int ds_stage = -1;
     if (rc == 0 && cfg->deepspeed[0]) {
         static tn_deepspeed_config ds;
         rc = tn_deepspeed_config_load(cfg->deepspeed, cfg, world, &ds);
         size_t used = strlen(cfg->notices);
         if (rc == 0) snprintf(cfg->notices + used, sizeof cfg->notices - used, "%s", ds.notes);
+        ds_stage = ds.zero_stage;
     }
+    if (rc == 0) rc = pick_zero_stage(cfg, ds_stage);
     return rc;
 }
 

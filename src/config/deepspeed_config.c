@@ -99,18 +99,18 @@ static int check(const char *file, const char *name, const cJSON *root, const tn
     ds->zero_stage = stage ? (int)stage->valuedouble : 0;
     ds->offload_optimizer = offloads(zero, "offload_optimizer");
     ds->offload_param = offloads(zero, "offload_param");
-    if (ds->zero_stage == 0)
-        note(ds, name, "ZeRO stage 0: plain data parallelism, as tandem runs it (every rank holds the whole model; "
-                       "gradients all-reduced once per step)");
-    else
-        note(ds, name, "ZeRO stage %d requested; tandem has no sharding yet: every rank holds the whole model, "
-                       "gradients and AdamW state (stage 0), gradients all-reduced once per step",
-             ds->zero_stage);
+    static const char *const sharding[4] = {
+        "plain data parallelism (every rank holds the whole model; gradients all-reduced once per step)",
+        "AdamW state sharded across the ranks",
+        "AdamW state and gradients sharded across the ranks",
+        "AdamW state, gradients and parameters sharded across the ranks (each layer gathered just before use)"};
+    note(ds, name, "ZeRO stage %d: %s", ds->zero_stage, sharding[ds->zero_stage]);
     if (ds->offload_optimizer || ds->offload_param)
         note(ds, name, "offload_optimizer/offload_param: tandem trains on the CPU, its state is already in host memory");
     if (zero)
         note(ds, name, "ZeRO tuning keys (overlap_comm, reduce_bucket_size, stage3_* ...): tandem overlaps its "
-                       "bucketed all-reduce with backward itself (bucket size: ddp_bucket_cap_mb)");
+                       "bucketed exchange with backward and prefetches the next layer itself (bucket size: "
+                       "ddp_bucket_cap_mb)");
     if (enabled(cJSON_GetObjectItemCaseSensitive(root, "bf16")) || enabled(cJSON_GetObjectItemCaseSensitive(root, "fp16")))
         note(ds, name, "bf16/fp16: tandem has only its CPU backend so far, which computes in fp32");
     const cJSON *opt = cJSON_GetObjectItemCaseSensitive(root, "optimizer");

@@ -64,6 +64,7 @@ static int set_eval_strategy(tn_train_config *c, const key_def *k, const char *v
 static int set_optim(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_unsupported(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_resume(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_fsdp(tn_train_config *c, const key_def *k, const char *v, char *msg);
 
 #define VL_MISSING "vision-language (multimodal) models are not supported yet: tandem trains text-only decoders"
 #define LORA_MODULES "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
@@ -150,6 +151,12 @@ static const key_def KEYS[] = {
     {"max_bad_steps", INT(max_bad_steps, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
     {"peer_timeout", NUM(peer_timeout, 0, HUGE_VAL, 0, 0), 0, 0, "a number of seconds >= 0 (0: never)", NULL},
     {"ddp_bucket_cap_mb", NUM(ddp_bucket_cap_mb, 0.004, 4096, 0, 0), 0, 0, "a number of MB in [0.004, 4096]", NULL},
+    {"zero_stage", INT(zero_stage, 0, 3), 0, 0, "0, 1, 2 or 3 (ZeRO: 1 shards AdamW state, 2 also gradients, 3 also "
+     "parameters)", NULL},
+    {"fsdp", CUSTOM(fsdp_stage), 0, 0, "full_shard, shard_grad_op, hybrid_shard or no_shard (optionally with "
+     "auto_wrap, offload)", set_fsdp},
+    {"fsdp_config", NOTICE, 0, 0, "tandem shards per decoder layer (fsdp's strategy picks the ZeRO stage); the "
+     "file's other settings have no counterpart here", NULL},
     /* output */
     {"output_dir", PATH(output_dir), 0, PATH_OUTPUT, "a path", NULL},
     {"logging_steps", INT(logging_steps, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
@@ -222,6 +229,8 @@ void tn_train_config_defaults(tn_train_config *c) {
     c->do_sample = 1, c->temperature = 0.95, c->top_p = 0.7, c->top_k = 50, c->max_new_tokens = 1024;
     c->ddp_bucket_cap_mb = 4; /* small enough that the first bucket leaves early and overlaps backward */
     c->peer_timeout = 60;
+    c->zero_stage = -1;
+    c->fsdp_stage = -1;
     c->max_bad_steps = 10;
     snprintf(c->output_dir, sizeof c->output_dir, "saves/tandem");
     c->logging_steps = 10;
@@ -420,6 +429,26 @@ static int set_eval_strategy(tn_train_config *c, const key_def *k, const char *v
     else if (strcmp(s, "steps") == 0) c->eval_strategy = TN_EVAL_STEPS;
     else if (strcmp(s, "epoch") == 0) c->eval_strategy = TN_EVAL_EPOCH;
     else return expects(k, v, msg);
+    return 0;
+}
+
+/* HF TrainingArguments' fsdp: space-separated options; the sharding strategy picks the ZeRO stage. */
+static int set_fsdp(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    char s[128], b[160];
+    if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
+    c->fsdp_stage = -1;
+    char *save = NULL;
+    for (char *w = strtok_r(s, " ,", &save); w; w = strtok_r(NULL, " ,", &save)) {
+        if (!strcmp(w, "full_shard") || !strcmp(w, "hybrid_shard") || !strcmp(w, "hybrid_shard_zero2"))
+            c->fsdp_stage = !strcmp(w, "hybrid_shard_zero2") ? 2 : 3;
+        else if (!strcmp(w, "shard_grad_op")) c->fsdp_stage = 2;
+        else if (!strcmp(w, "no_shard")) c->fsdp_stage = 0;
+        else if (strcmp(w, "auto_wrap") && strcmp(w, "offload") && strcmp(w, "false") && strcmp(w, "")) {
+            snprintf(msg, MSG_MAX, "key '%s': %s is not an FSDP option (expected %s)", k->name, shown(w, b, sizeof b),
+                     k->expect);
+            return -1;
+        }
+    }
     return 0;
 }
 

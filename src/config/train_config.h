@@ -63,6 +63,10 @@ typedef struct {
     int seed;                             /* default 42 */
     /* distributed */
     char deepspeed[TN_PATH_MAX];          /* a DeepSpeed JSON (LLaMA-Factory's key), read by deepspeed_config.h */
+    int zero_stage;                       /* tandem: ZeRO stage 0-3 (zero.h); -1 = not given (then deepspeed's
+                                           * zero_optimization.stage, or fsdp's strategy, or 0) */
+    int fsdp_stage;                       /* HF TrainingArguments' fsdp: full_shard 3, shard_grad_op 2,
+                                           * no_shard 0; -1 = not given */
     double ddp_bucket_cap_mb;
     int max_bad_steps;                    /* tandem: consecutive non-finite steps (skipped) before the run stops;
                                            * default 10 */

@@ -187,6 +187,11 @@ static void compute_frontiers(tn_model *m) {
     }
 }
 
+void tn_model_group_range(const tn_model *m, int g, size_t *lo, size_t *hi) {
+    *lo = tn_model_grad_frontier(m, g);
+    *hi = g >= m->L ? m->n_trainable : tn_model_grad_frontier(m, g + 1);
+}
+
 size_t tn_model_grad_frontier(const tn_model *m, int g) {
     if (g < -1) g = -1;
     if (g > m->L) g = m->L;

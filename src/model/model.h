@@ -71,6 +71,12 @@ typedef struct {
      * each bucket's all-reduce from there, overlapping communication with the rest of backward. */
     void (*grad_ready)(void *ctx, size_t from);
     void *grad_ready_ctx;
+    /* Sharded parameters (ZeRO stage 3) are gathered per group (a layer; -1 the embedding; L the final norm
+     * and lm_head) just before use: every pass calls param_hook(ctx, g, 1, next) before it reads group g's
+     * weights, next being the group it will read after g (-2: none), and param_hook(ctx, g, 0, -2) once it
+     * is done with them. NULL: every weight is always there. */
+    void (*param_hook)(void *ctx, int group, int need, int next);
+    void *param_hook_ctx;
     size_t *frontier;                    /* [L + 2]: see tn_model_grad_frontier */
 } tn_model;
 
@@ -78,6 +84,8 @@ typedef struct {
  * L for the final norm and lm_head, -1 for the embedding (its gradient is final only at the very end). The
  * slab order makes groups contiguous and ascending, so [frontier, n_trainable) is exactly groups >= g. */
 size_t tn_model_grad_frontier(const tn_model *m, int g);
+/* The trainable-slab range [*lo, *hi) of group g alone (empty when the group has no trainable tensor). */
+void tn_model_group_range(const tn_model *m, int g, size_t *lo, size_t *hi);
 
 /* Build the layout and allocate zeroed slabs. lora may be NULL (full fine-tuning). */
 tn_model *tn_model_create(const tn_model_config *cfg, const tn_lora_config *lora, const tn_backend *be);

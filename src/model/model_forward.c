@@ -330,14 +330,32 @@ static void check_batch(const tn_model *m, const tn_acts *a, const int32_t *ids,
     }
 }
 
-/* Forward through every layer: a->x[0] = embeddings, ..., a->x[L] = final residual; xnf = final norm. */
-static void forward_layers(tn_model *m, tn_acts *a, const int32_t *ids, uint64_t seed) {
+static void params(const tn_model *m, int g, int need, int next) {
+    if (m->param_hook) m->param_hook(m->param_hook_ctx, g, need, next);
+}
+
+/* Forward through every layer: a->x[0] = embeddings, ..., a->x[L] = final residual; xnf = final norm. Leaves
+ * group L (final norm, lm_head) and, when tied, the embedding in use: the caller releases them after the
+ * lm_head (lm_head_done). backward: the pass goes on with layer L-1's backward (what to prefetch). */
+static void forward_layers(tn_model *m, tn_acts *a, const int32_t *ids, uint64_t seed, int backward) {
     const tn_backend *be = m->be;
     size_t TD = (size_t)a->T * m->D;
     be->upload_i32(a->ids, ids, (size_t)a->T);
+    params(m, -1, 1, m->L ? 0 : m->L);
     be->embedding_forward(a->x, m->embed, a->ids, a->T, m->D);
-    for (int l = 0; l < m->L; l++) layer_forward(m, a, l, a->x + l * TD, a->x + (l + 1) * TD, seed);
+    if (!m->cfg.tie_word_embeddings) params(m, -1, 0, -2);
+    for (int l = 0; l < m->L; l++) {
+        params(m, l, 1, l + 1);
+        layer_forward(m, a, l, a->x + l * TD, a->x + (l + 1) * TD, seed);
+        params(m, l, 0, -2);
+    }
+    params(m, m->L, 1, backward && m->L ? m->L - 1 : -2);
     be->rmsnorm_forward(a->xnf, a->rstdf, a->x + m->L * TD, m->norm, a->T, m->D, (float)m->cfg.rms_norm_eps);
+}
+
+static void lm_head_done(const tn_model *m) {
+    params(m, m->L, 0, -2);
+    if (m->cfg.tie_word_embeddings) params(m, -1, 0, -2);
 }
 
 /* Tells the hook that every gradient of group >= g (layers g.., then final norm and lm_head; -1 = all)
@@ -398,15 +416,18 @@ double tn_model_forward_backward(tn_model *m, tn_acts *a, const int32_t *ids, co
     size_t TD = (size_t)T * D;
     stage_targets(m, a, labels, B, S);
 
-    forward_layers(m, a, ids, dropout_seed);
+    forward_layers(m, a, ids, dropout_seed, 1);
     double loss = lm_head_loss(m, a, grad_scale, n_valid, 1);
     be->zero(a->dres, TD);
     be->rmsnorm_backward(a->dres, m->d_norm, a->dxn, a->x + m->L * TD, m->norm, a->rstdf, T, D);
+    lm_head_done(m);
     grad_ready(m, m->L);
 
     for (int l = m->L - 1; l >= 0; l--) {
+        params(m, l, 1, l > 0 ? l - 1 : -2);
         if (a->checkpointing) layer_forward(m, a, l, a->x + l * TD, a->x + (l + 1) * TD, dropout_seed);
         layer_backward(m, a, l, a->x + l * TD, dropout_seed);
+        params(m, l, 0, -2);
         grad_ready(m, l);
     }
     if (m->d_embed) be->embedding_backward(m->d_embed, a->dres, a->ids, T, D);
@@ -421,9 +442,11 @@ double tn_model_eval_loss(tn_model *m, tn_acts *a, const int32_t *ids, const int
     stage_targets(m, a, labels, B, S);
     double p = m->lora.dropout; /* evaluation runs without dropout */
     m->lora.dropout = 0;
-    forward_layers(m, a, ids, 0);
+    forward_layers(m, a, ids, 0, 0);
     m->lora.dropout = p;
-    return lm_head_loss(m, a, 0.0f, n_valid, 0);
+    double loss = lm_head_loss(m, a, 0.0f, n_valid, 0);
+    lm_head_done(m);
+    return loss;
 }
 
 void tn_model_logits(tn_model *m, tn_acts *a, const int32_t *ids, int B, int S, float *logits_host) {
@@ -433,7 +456,7 @@ void tn_model_logits(tn_model *m, tn_acts *a, const int32_t *ids, int B, int S, 
     /* no dropout at inference: a model with dropout > 0 evaluates with it disabled */
     double p = m->lora.dropout;
     m->lora.dropout = 0;
-    forward_layers(m, a, ids, 0);
+    forward_layers(m, a, ids, 0, 0);
     m->lora.dropout = p;
     for (int t0 = 0; t0 < a->T; t0 += a->TC) {
         int n = t0 + a->TC < a->T ? a->TC : a->T - t0;
@@ -441,4 +464,5 @@ void tn_model_logits(tn_model *m, tn_acts *a, const int32_t *ids, int B, int S, 
                    m->V);
         be->download(logits_host + (size_t)t0 * m->V, a->logits, (size_t)n * m->V);
     }
+    lm_head_done(m);
 }

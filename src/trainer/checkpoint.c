@@ -68,20 +68,84 @@ static int hash_file(const char *path, uint64_t *hash, uint64_t *size) {
     return 0;
 }
 
-static int write_optimizer(const char *dir, const tn_adamw *opt, const tn_ckpt_state *st) {
+int tn_checkpoint_write_moments(const char *dir, int shard, int n_shards, size_t total, size_t lo, size_t n,
+                                const float *m, const float *v) {
+    char name[64];
+    if (n_shards == 1) snprintf(name, sizeof name, "%s", OPTIMIZER);
+    else snprintf(name, sizeof name, "optimizer-%05d-of-%05d.safetensors", shard, n_shards);
+    int64_t where[2] = {(int64_t)lo, (int64_t)total}; /* this shard's place in the trainable slab */
+    st_entry e[3] = {{.name = "exp_avg", .dtype = ST_F32, .src_dtype = ST_F32, .ndim = 1, .shape = {(int64_t)n}, .data = m},
+                     {.name = "exp_avg_sq", .dtype = ST_F32, .src_dtype = ST_F32, .ndim = 1, .shape = {(int64_t)n}, .data = v},
+                     {.name = "slab_range", .dtype = ST_I64, .src_dtype = ST_I64, .ndim = 1, .shape = {2}, .data = where}};
+    const char *meta[] = {"format", "tandem-optimizer-2", NULL};
+    char *path = tn_path_join(dir, name);
+    int rc = st_write(path, e, 3, meta);
+    free(path);
+    return rc;
+}
+
+static int write_optimizer(const char *dir, const tn_adamw *opt) {
     float *m = tn_xalloc_floats(opt->n ? opt->n : 1), *v = tn_xalloc_floats(opt->n ? opt->n : 1);
     opt->be->download(m, opt->m, opt->n);
     opt->be->download(v, opt->v, opt->n);
-    char step[32], seen[32], adam_step[32];
-    snprintf(step, sizeof step, "%d", st->step);
-    snprintf(seen, sizeof seen, "%" PRId64, st->samples_seen);
-    snprintf(adam_step, sizeof adam_step, "%d", st->adam_step);
-    const char *meta[] = {"format", "tandem-optimizer-1", "step", step, "samples_seen", seen, "adam_step", adam_step, NULL};
-    st_entry e[2] = {{.name = "exp_avg", .dtype = ST_F32, .src_dtype = ST_F32, .ndim = 1, .shape = {(int64_t)opt->n}, .data = m},
-                     {.name = "exp_avg_sq", .dtype = ST_F32, .src_dtype = ST_F32, .ndim = 1, .shape = {(int64_t)opt->n}, .data = v}};
-    char *path = tn_path_join(dir, OPTIMIZER);
-    int rc = st_write(path, e, 2, meta);
-    free(path), free(m), free(v);
+    int rc = tn_checkpoint_write_moments(dir, 0, 1, opt->n, 0, opt->n, m, v);
+    free(m), free(v);
+    return rc;
+}
+
+/* Moments of one file (optimizer.safetensors or a shard) copied where they overlap [lo, lo + n). */
+static int read_moment_file(const char *path, size_t total, size_t lo, size_t n, float *m, float *v, size_t *copied) {
+    st_file f;
+    if (st_open(&f, path) != 0) return -1;
+    const st_tensor *tm = st_find(&f, "exp_avg"), *tv = st_find(&f, "exp_avg_sq"), *tr = st_find(&f, "slab_range");
+    int64_t where[2] = {0, tm ? tm->numel : 0}; /* format 1 (one whole-slab file) has no range */
+    int rc = 0;
+    if (tr && (tr->numel != 2 || st_read_i64(&f, tr, where, 2) != 0)) rc = tn_err("%s: bad 'slab_range'", path);
+    if (rc == 0 && (!tm || !tv || tm->dtype != ST_F32 || tv->dtype != ST_F32 || tm->numel != tv->numel ||
+                    where[1] != (int64_t)total || where[0] < 0 || where[0] + tm->numel > where[1]))
+        rc = tn_err("%s: moments do not match this model's %zu trainable values (another model or LoRA config?)", path,
+                    total);
+    if (rc == 0) {
+        size_t off = (size_t)where[0], len = (size_t)tm->numel;
+        size_t a = off > lo ? off : lo, b = off + len < lo + n ? off + len : lo + n;
+        const uint8_t *data = f.map + f.data_start;
+        if (b > a) { /* F32 little endian in the file, as in memory on x86-64 */
+            memcpy(m + (a - lo), data + tm->begin + (a - off) * sizeof(float), (b - a) * sizeof(float));
+            memcpy(v + (a - lo), data + tv->begin + (a - off) * sizeof(float), (b - a) * sizeof(float));
+            *copied += b - a;
+        }
+    }
+    st_close(&f);
+    return rc;
+}
+
+int tn_checkpoint_read_moments(const char *dir, size_t total, size_t lo, size_t n, float *m, float *v) {
+    char *one = tn_path_join(dir, OPTIMIZER);
+    size_t copied = 0;
+    int rc = 0, files = 0;
+    if (tn_file_exists(one)) {
+        files = 1;
+        rc = read_moment_file(one, total, lo, n, m, v, &copied);
+    } else {
+        DIR *d = opendir(dir);
+        struct dirent *de;
+        while (d && rc == 0 && (de = readdir(d))) {
+            int k, K;
+            char tail[32];
+            if (sscanf(de->d_name, "optimizer-%d-of-%d.%31s", &k, &K, tail) != 3 || strcmp(tail, "safetensors") != 0)
+                continue;
+            char *p = tn_path_join(dir, de->d_name);
+            files++;
+            rc = read_moment_file(p, total, lo, n, m, v, &copied);
+            free(p);
+        }
+        if (d) closedir(d);
+    }
+    free(one);
+    if (rc == 0 && !files) return tn_err("%s: no optimizer state (saved with save_only_model: true?)", dir);
+    if (rc == 0 && copied != n)
+        return tn_err("%s: the optimizer shards cover %zu of the %zu moments needed (a shard file is missing)", dir,
+                      copied, n);
     return rc;
 }
 
@@ -140,16 +204,38 @@ static int write_manifest(const char *dir, const tn_ckpt_state *st) {
     return rc;
 }
 
+char *tn_checkpoint_begin(const char *output_dir, int step) {
+    char partial[80];
+    snprintf(partial, sizeof partial, "checkpoint-%d.partial", step);
+    char *tmp = tn_path_join(output_dir, partial);
+    if (rm_tree(tmp) != 0 || tn_mkdirs(tmp) != 0) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", tn_errmsg());
+        tn_err("saving checkpoint-%d failed: %s", step, msg);
+        free(tmp);
+        return NULL;
+    }
+    return tmp;
+}
+
+void tn_checkpoint_abandon(char *tmp) {
+    if (tmp) rm_tree(tmp);
+    free(tmp);
+}
+
 int tn_checkpoint_save(const char *output_dir, const tn_model *m, const tn_adamw *opt, const tn_ckpt_state *st,
                        int with_optimizer, tn_ckpt_extra_fn extra, void *ctx) {
-    char name[64], partial[80];
+    char *tmp = tn_checkpoint_begin(output_dir, st->step);
+    return tmp ? tn_checkpoint_commit(output_dir, tmp, m, with_optimizer ? opt : NULL, st, extra, ctx) : -1;
+}
+
+int tn_checkpoint_commit(const char *output_dir, char *tmp, const tn_model *m, const tn_adamw *opt,
+                         const tn_ckpt_state *st, tn_ckpt_extra_fn extra, void *ctx) {
+    char name[64];
     snprintf(name, sizeof name, "checkpoint-%d", st->step);
-    snprintf(partial, sizeof partial, "checkpoint-%d.partial", st->step);
-    char *final = tn_path_join(output_dir, name), *tmp = tn_path_join(output_dir, partial);
-    int rc = rm_tree(tmp);
-    if (rc == 0 && tn_mkdirs(tmp) != 0) rc = -1;
-    if (rc == 0) rc = m->lora.r ? tn_model_save_adapter(m, tmp) : tn_model_save_hf(m, tmp, 0);
-    if (rc == 0 && with_optimizer) rc = write_optimizer(tmp, opt, st);
+    char *final = tn_path_join(output_dir, name);
+    int rc = m->lora.r ? tn_model_save_adapter(m, tmp) : tn_model_save_hf(m, tmp, 0);
+    if (rc == 0 && opt) rc = write_optimizer(tmp, opt);
     if (rc == 0 && extra) rc = extra(ctx, tmp);
     if (rc == 0) rc = write_manifest(tmp, st);
     if (rc == 0) rc = fsync_dir(tmp);
@@ -260,27 +346,12 @@ int tn_checkpoint_latest(const char *output_dir, char *out, size_t size) {
 int tn_checkpoint_load(const char *dir, tn_model *m, tn_adamw *opt, tn_ckpt_state *st) {
     if (tn_checkpoint_verify(dir) != 0) return -1;
     if ((m->lora.r ? tn_model_load_adapter(m, dir) : tn_model_load_hf(m, dir)) != 0) return -1;
-    char *p = tn_path_join(dir, OPTIMIZER);
-    st_file f;
-    if (st_open(&f, p) != 0) {
-        free(p);
-        return tn_err("%s: no optimizer state (saved with save_only_model: true?): %s", dir, tn_errmsg());
-    }
-    free(p);
-    const st_tensor *tm = st_find(&f, "exp_avg"), *tv = st_find(&f, "exp_avg_sq");
-    int rc = 0;
-    if (!tm || !tv || tm->numel != (int64_t)opt->n || tv->numel != (int64_t)opt->n) {
-        rc = tn_err("%s/%s: moments do not match this model's %zu trainable values (another model or LoRA config?)",
-                    dir, OPTIMIZER, opt->n);
-    } else {
-        float *buf = tn_xalloc_floats(opt->n ? opt->n : 1);
-        if (st_read_f32(&f, tm, buf, tm->numel) == 0) opt->be->upload(opt->m, buf, opt->n);
-        else rc = -1;
-        if (rc == 0 && st_read_f32(&f, tv, buf, tv->numel) == 0) opt->be->upload(opt->v, buf, opt->n);
-        else rc = -1;
-        free(buf);
-    }
-    st_close(&f);
+    /* this rank's moments ([opt->lo, opt->lo + n): all, or its shard), from one file or from shards written
+     * at any world size */
+    float *mh = tn_xalloc_floats(opt->n ? opt->n : 1), *vh = tn_xalloc_floats(opt->n ? opt->n : 1);
+    int rc = tn_checkpoint_read_moments(dir, m->n_trainable, opt->lo, opt->n, mh, vh);
+    if (rc == 0) opt->be->upload(opt->m, mh, opt->n), opt->be->upload(opt->v, vh, opt->n);
+    free(mh), free(vh);
     if (rc) return rc;
     /* the position comes from the manifest (verified above) */
     char *mp = tn_path_join(dir, MANIFEST);

@@ -9,6 +9,9 @@ struct tn_grad_sync {
     tn_comm *comm;
     tn_model *model;
     int active;              /* more than one rank */
+    int mode;                /* TN_SYNC_* */
+    size_t own_lo, own_hi;   /* this rank's shard (reduce-scatter modes) */
+    int released;            /* buckets [0, released) waited for (and, in the release mode, released) */
     int n_buckets;
     size_t *lo;              /* [n_buckets] bucket k = [lo[k], k ? lo[k-1] : n_trainable) */
     int next;                /* first bucket not yet launched */
@@ -27,19 +30,40 @@ static size_t bucket_hi(const tn_grad_sync *s, int k) { return k ? s->lo[k - 1] 
 static void launch_ready(tn_grad_sync *s, size_t ready_from) {
     while (s->next < s->n_buckets && s->lo[s->next] >= ready_from) {
         int k = s->next++;
-        size_t lo = s->lo[k];
+        size_t lo = s->lo[k], hi = bucket_hi(s, k);
         if (k == 0) s->stats.first_ready_s = tn_now() - s->armed_at;
-        s->ops[k] = tn_comm_iallreduce_f32(s->comm, s->model->grad + lo, bucket_hi(s, k) - lo);
+        s->ops[k] = s->mode == TN_SYNC_ALLREDUCE
+                        ? tn_comm_iallreduce_f32(s->comm, s->model->grad + lo, hi - lo)
+                        : tn_comm_ireduce_scatter_range(s->comm, s->model->grad, s->model->n_trainable, lo, hi);
         if (!s->ops[k] && !s->first_error) s->first_error = 1;
     }
 }
 
-static void on_grad_ready(void *ctx, size_t from) {
-    tn_grad_sync *s = ctx;
-    if (s->armed) launch_ready(s, from);
+/* Bucket k's exchange is over: in the release mode, what is not this rank's shard is scratch now. */
+static int retire(tn_grad_sync *s, int k) {
+    int rc = s->ops[k] ? tn_comm_wait(s->ops[k]) : 0;
+    s->ops[k] = NULL;
+    if (s->mode == TN_SYNC_REDUCE_SCATTER_RELEASE) {
+        size_t lo = s->lo[k], hi = bucket_hi(s, k);
+        const tn_backend *be = s->model->be;
+        float *g = s->model->grad;
+        if (s->own_lo > lo) be->release(g + lo, (s->own_lo < hi ? s->own_lo : hi) - lo);
+        if (s->own_hi < hi) be->release(g + (s->own_hi > lo ? s->own_hi : lo), hi - (s->own_hi > lo ? s->own_hi : lo));
+    }
+    return rc;
 }
 
-tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes) {
+static void on_grad_ready(void *ctx, size_t from) {
+    tn_grad_sync *s = ctx;
+    if (!s->armed) return;
+    launch_ready(s, from);
+    /* memory of finished buckets goes back while backward goes on */
+    while (s->mode == TN_SYNC_REDUCE_SCATTER_RELEASE && s->released < s->next &&
+           (!s->ops[s->released] || tn_comm_test(s->ops[s->released])))
+        if (retire(s, s->released++) != 0 && !s->first_error) s->first_error = 1;
+}
+
+tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes, int mode) {
     size_t per = bucket_bytes / sizeof(float);
     if (per < 1024) {
         tn_err("gradient bucket size %zu bytes is too small (expected at least 4 KB)", bucket_bytes);
@@ -49,7 +73,13 @@ tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes) 
     s->comm = c;
     s->model = m;
     s->active = c && tn_comm_get_info(c)->size > 1 && m->n_trainable > 0;
+    s->mode = mode;
     size_t n = m->n_trainable;
+    if (s->active && mode != TN_SYNC_ALLREDUCE) {
+        size_t off, len;
+        tn_comm_shard(c, n, tn_comm_get_info(c)->rank, &off, &len);
+        s->own_lo = off, s->own_hi = off + len;
+    }
     /* Never fewer than MIN_BUCKETS buckets (but none under MIN_BUCKET_FLOATS): the bucket holding the first
      * layers is complete only when backward ends, so one big bucket (LoRA's 2 MB of adapters under a 4 MB
      * cap) would overlap nothing; with 8 only an eighth of the bytes is left after backward. */
@@ -85,6 +115,7 @@ void tn_grad_sync_arm(tn_grad_sync *s) {
     s->armed = 1;
     s->armed_at = tn_now();
     s->next = 0;
+    s->released = 0;
     s->first_error = 0;
 }
 
@@ -94,12 +125,12 @@ int tn_grad_sync_finish(tn_grad_sync *s) {
     launch_ready(s, 0);
     s->armed = 0;
     int rc = s->first_error ? -1 : 0;
-    for (int k = 0; k < s->n_buckets; k++) {
-        if (s->ops[k] && tn_comm_wait(s->ops[k]) != 0) rc = -1;
-        s->ops[k] = NULL;
-    }
+    for (int k = s->released; k < s->n_buckets; k++)
+        if (retire(s, k) != 0) rc = -1;
     s->stats.wait_s = tn_now() - t0;
-    return rc ? tn_err("gradient all-reduce failed: %s", tn_errmsg()) : 0;
+    return rc ? tn_err("gradient %s failed: %s", s->mode == TN_SYNC_ALLREDUCE ? "all-reduce" : "reduce-scatter",
+                       tn_errmsg())
+              : 0;
 }
 
 const tn_grad_sync_stats *tn_grad_sync_get_stats(const tn_grad_sync *s) { return &s->stats; }

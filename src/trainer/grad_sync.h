@@ -7,7 +7,9 @@
  * reports how far backward has got; every bucket that is complete is all-reduced at once, non-blocking
  * (the comm layer's progress thread moves it while backward goes on). The optimizer waits for all of them.
  * Accumulation micro-batches before the last exchange nothing. Only trainable gradients are in the slab,
- * so LoRA exchanges only the adapters. */
+ * so LoRA exchanges only the adapters. Sharded (ZeRO): buckets are reduce-scattered instead (comm.h's
+ * shards: half the bytes of an all-reduce), and at stages 2-3 each bucket's memory outside this rank's
+ * shard goes back to the system as soon as its exchange has finished. */
 #ifndef TN_GRAD_SYNC_H
 #define TN_GRAD_SYNC_H
 
@@ -25,8 +27,9 @@ typedef struct {
     double first_ready_s; /* from arm to the first complete bucket: what overlap cannot hide (forward, lm_head) */
 } tn_grad_sync_stats;
 
+enum { TN_SYNC_ALLREDUCE, TN_SYNC_REDUCE_SCATTER, TN_SYNC_REDUCE_SCATTER_RELEASE };
 /* NULL with tn_err on a bad size. With one rank it does nothing (and costs nothing). */
-tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes);
+tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes, int mode);
 void tn_grad_sync_free(tn_grad_sync *s);
 /* The next backward is the step's last micro-batch: launch buckets as they complete. */
 void tn_grad_sync_arm(tn_grad_sync *s);

@@ -236,21 +236,66 @@ static int write_state_into(void *ctx, const char *dir) {
     return tn_run_log_write_state(j->log, dir, &in);
 }
 
-/* Rank 0 writes checkpoint-<step>/ (then applies save_total_limit); every rank learns whether it worked. */
+/* Rank 0 writes checkpoint-<step>/ (then applies save_total_limit); every rank learns whether it worked.
+ * Sharded runs: every rank's AdamW shard travels to rank 0, which writes it as its own file, and the whole
+ * model is gathered for the weights (stage 3), so one folder holds the complete checkpoint whatever
+ * machine is later lost (--drop-dead-hosts resumes from it on the rest). */
 static int save_checkpoint(const job_ctx *j) {
-    int rc = 0;
+    tn_trainer *t = j->t;
+    tn_zero *z = t->zero;
+    int rc = 0, with_opt = !j->cfg->save_only_model;
+    char *tmp = NULL;
+    tn_ckpt_state st = {.step = t->step, .samples_seen = t->samples_seen, .adam_step = t->opt->step,
+                        .config_fingerprint = j->config_fingerprint, .recipe = j->recipe};
     if (j->lead) {
-        tn_ckpt_state st = {.step = j->t->step, .samples_seen = j->t->samples_seen, .adam_step = j->t->opt->step,
-                            .config_fingerprint = j->config_fingerprint, .recipe = j->recipe};
         tn_comm_busy(j->comm, 1); /* the others wait for this write: alive, not hung */
         tn_rank_watch_saving(1);  /* a rank whose launcher died finishes this save first */
-        rc = tn_checkpoint_save(j->cfg->output_dir, j->t->model, j->t->opt, &st, !j->cfg->save_only_model,
-                                write_state_into, (void *)j);
-        if (rc == 0) rc = tn_checkpoint_prune(j->cfg->output_dir, j->cfg->save_total_limit);
+        rc = (tmp = tn_checkpoint_begin(j->cfg->output_dir, t->step)) ? 0 : -1;
+    }
+    if (z) {
+        rc = agree(j->comm, rc);
+        if (rc == 0 && with_opt) rc = agree(j->comm, tn_zero_save_moments(z, t->opt, tmp));
+        if (rc == 0) rc = agree(j->comm, tn_zero_full(z));
+    }
+    if (j->lead) {
+        if (rc == 0) {
+            rc = tn_checkpoint_commit(j->cfg->output_dir, tmp, t->model, with_opt && !z ? t->opt : NULL, &st,
+                                      write_state_into, (void *)j);
+            if (rc == 0) rc = tn_checkpoint_prune(j->cfg->output_dir, j->cfg->save_total_limit);
+        } else {
+            tn_checkpoint_abandon(tmp);
+        }
         tn_rank_watch_saving(0);
         tn_comm_busy(j->comm, 0);
     }
-    return agree(j->comm, rc);
+    if (z) tn_zero_end_full(z);
+    return agree(j->comm, rc < 0 ? rc : 0);
+}
+
+/* Each rank's resident bytes of trainable parameters, gradients and AdamW state, printed by rank 0 next to
+ * what a full replica holds: the ZeRO stages' memory, measured (page residency), not computed. */
+static int report_memory(const job_ctx *j) {
+    const tn_trainer *t = j->t;
+    const tn_model *m = t->model;
+    const tn_backend *be = m->be;
+    double mine[3] = {(double)be->resident(m->slab, m->n_trainable), (double)be->resident(m->grad, m->n_trainable),
+                      (double)(be->resident(t->opt->m, t->opt->n) + be->resident(t->opt->v, t->opt->n))};
+    double *all = tn_xmalloc((size_t)t->world * sizeof mine);
+    if (tn_comm_allgather(j->comm, mine, sizeof mine, all) != 0) {
+        free(all);
+        return tn_err("memory report exchange failed: %s", tn_errmsg());
+    }
+    if (j->lead) {
+        double psi = 4.0 * (double)m->n_trainable / 1048576.0;
+        printf("tandem: ZeRO stage %d, %d rank(s), %zu trainable parameters (a full replica holds %.3f MB of them, "
+               "as much again of gradients and twice that of AdamW state)\n",
+               t->zero_stage, t->world, m->n_trainable, psi);
+        for (int r = 0; r < t->world; r++)
+            printf("tandem: rank %d memory: trainable parameters %.0f bytes, gradients %.0f bytes, optimizer state "
+                   "%.0f bytes\n", r, all[3 * r], all[3 * r + 1], all[3 * r + 2]);
+    }
+    free(all);
+    return 0;
 }
 
 static int evaluate(job_ctx *j, double *loss, double *runtime) {
@@ -357,6 +402,7 @@ static int train_loop(job_ctx *j) {
             if (rc) return rc;
         }
     }
+    if (t->world > 1 && agree(j->comm, report_memory(j))) return -1;
     if (j->lead) {
         printf("tandem: trained %d steps in %.1f s", t->step - j->start_step, tn_now() - j->t0);
         if (t->world > 1) printf(", %.1f%% of it waiting for gradients", 100.0 * j->comm_wait / (tn_now() - j->t0));
@@ -479,7 +525,11 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     }
     if (rc == 0) rc = agree(comm, resumed < 0 ? -1 : 0);
     if (rc == 0) rc = agree(comm, tn_replica_sync_params(comm, m));
-    if (rc == 0) rc = agree(comm, tn_replica_sync_position(comm, t->opt, &t->step, &t->samples_seen));
+    if (rc == 0) rc = agree(comm, tn_replica_sync_position(comm, t->opt, &t->step, &t->samples_seen, !t->zero_stage));
+    if (rc == 0 && t->zero_stage) { /* every rank holds rank 0's whole model now: keep the shard */
+        tn_trainer_shard(t);
+        if (t->opt->step > 0) rc = agree(comm, tn_zero_load_moments(t->zero, t->opt, resume_dir));
+    }
     job_ctx j = {.cfg = cfg, .t = t, .comm = comm, .lead = lead, .config_fingerprint = config_fingerprint,
                  .recipe = recipe, .eval = eval.n > 0 && !is_demo(cfg) ? &eval : NULL};
     if (rc == 0 && lead) { /* trainer_log.jsonl: continued on resume, fresh otherwise */
@@ -501,6 +551,7 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     }
     double eval_loss = 0, eval_rt = 0;
     if (rc == 0) rc = final_eval(&j, &eval_loss, &eval_rt);
+    if (rc == 0 && t->zero) rc = agree(comm, tn_zero_full(t->zero)); /* rank 0 writes the whole model */
     if (lead) tn_comm_busy(comm, 1), tn_rank_watch_saving(1);
     if (rc == 0) {
         /* rank 0 alone writes; the others wait for its verdict so every rank exits with the same status */

@@ -1,7 +1,8 @@
 /* optimizer -- AdamW exactly as torch 1.13 computes it, and global gradient-norm clipping.
  *
- * Owns the two moment slabs (same layout as the gradient slab). Weight decay is decoupled and applies
- * only to tensors with ndim >= 2 (embeddings, linear and LoRA weights), never to norms or biases. */
+ * Owns the two moment slabs (same layout as the gradient slab, or, sharded, its range [lo, lo + n) alone).
+ * Weight decay is decoupled and applies only to tensors with ndim >= 2 (embeddings, linear and LoRA
+ * weights), never to norms or biases. */
 #ifndef TN_OPTIMIZER_H
 #define TN_OPTIMIZER_H
 
@@ -13,12 +14,14 @@ typedef struct {
 
 typedef struct {
     const tn_backend *be;
-    size_t n;
-    float *m, *v;  /* [n_trainable] */
+    size_t lo, n;  /* the moments cover the trainable slab's [lo, lo + n) */
+    float *m, *v;  /* [n] */
     int step;      /* optimizer steps taken */
 } tn_adamw;
 
 tn_adamw *tn_adamw_create(const tn_model *model);
+/* Moments for the range [lo, lo + n) only (a ZeRO shard); steps update that range of the parameters. */
+tn_adamw *tn_adamw_create_range(const tn_model *model, size_t lo, size_t n);
 void tn_adamw_free(tn_adamw *o);
 /* One step with learning rate lr on every trainable tensor (increments o->step first, as torch does). */
 void tn_adamw_step(tn_adamw *o, tn_model *model, const tn_adamw_hparams *h, double lr);
@@ -26,5 +29,7 @@ void tn_adamw_step(tn_adamw *o, tn_model *model, const tn_adamw_hparams *h, doub
 /* torch.nn.utils.clip_grad_norm_: total = ||all grads||_2; grads *= min(1, max_norm / (total + 1e-6)).
  * Returns the pre-clip norm. max_norm <= 0 only measures. */
 double tn_clip_grad_norm(tn_model *model, double max_norm);
+/* Sum of squares of the gradients in [lo, lo + n) (one shard's part of the global norm). */
+double tn_grad_sumsq(const tn_model *model, size_t lo, size_t n);
 
 #endif

@@ -84,12 +84,12 @@ int tn_replica_first_failure(tn_comm *c, int failed) {
     return v ? (int)(in->size - v) : -1;
 }
 
-int tn_replica_sync_position(tn_comm *c, tn_adamw *opt, int *step, int64_t *samples_seen) {
+int tn_replica_sync_position(tn_comm *c, tn_adamw *opt, int *step, int64_t *samples_seen, int moments) {
     if (tn_comm_get_info(c)->size == 1) return 0;
     int64_t pos[3] = {*step, *samples_seen, opt->step};
     if (tn_comm_bcast(c, pos, sizeof pos, 0) != 0) return tn_err("broadcast of the resume position failed: %s", tn_errmsg());
     *step = (int)pos[0], *samples_seen = pos[1], opt->step = (int)pos[2];
-    if (opt->step == 0) return 0; /* fresh start: moments are zero on every rank */
+    if (opt->step == 0 || !moments) return 0; /* fresh start: moments are zero on every rank */
     const size_t piece = (size_t)1 << 28;
     float *slabs[2] = {opt->m, opt->v};
     for (int s = 0; s < 2; s++)

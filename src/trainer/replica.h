@@ -22,9 +22,10 @@ uint64_t tn_build_fingerprint(void);
 int tn_replica_check_fingerprints(tn_comm *c, uint64_t build, uint64_t config, uint64_t secret);
 /* Broadcast rank 0's trainable parameters; compare the frozen ones' hash. -1 + tn_err on a mismatch. */
 int tn_replica_sync_params(tn_comm *c, tn_model *m);
-/* Broadcast rank 0's optimizer moments and position (after a resume on rank 0; cheap when nothing was
- * resumed: the moments are then zero everywhere, and only the position is sent). */
-int tn_replica_sync_position(tn_comm *c, tn_adamw *opt, int *step, int64_t *samples_seen);
+/* Broadcast rank 0's position and, with moments, its optimizer moments (after a resume on rank 0; cheap
+ * when nothing was resumed: the moments are then zero everywhere, and only the position is sent). Sharded
+ * runs pass moments = 0: each rank gets its own shard (zero.h). */
+int tn_replica_sync_position(tn_comm *c, tn_adamw *opt, int *step, int64_t *samples_seen, int moments);
 /* Collective: ok = 0 on this rank's success. Returns the lowest failing rank, or -1 when all succeeded. */
 int tn_replica_first_failure(tn_comm *c, int failed);
 

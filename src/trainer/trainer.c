@@ -17,7 +17,10 @@ int tn_trainer_total_steps(const tn_train_config *cfg, int n_samples, int world)
 }
 
 tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const tn_dataset *data, tn_comm *comm) {
-    tn_grad_sync *sync = tn_grad_sync_create(comm, model, (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0));
+    int world = comm ? tn_comm_get_info(comm)->size : 1;
+    int stage = world > 1 && cfg->zero_stage > 0 && model->n_trainable > 0 ? cfg->zero_stage : 0;
+    int mode = stage == 0 ? TN_SYNC_ALLREDUCE : stage == 1 ? TN_SYNC_REDUCE_SCATTER : TN_SYNC_REDUCE_SCATTER_RELEASE;
+    tn_grad_sync *sync = tn_grad_sync_create(comm, model, (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0), mode);
     if (!sync) return NULL;
     tn_trainer *t = tn_xcalloc(1, sizeof *t);
     t->cfg = cfg;
@@ -30,7 +33,14 @@ tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const
     t->micro_batch = cfg->per_device_train_batch_size;
     t->accum = cfg->gradient_accumulation_steps;
     t->acts = tn_acts_create(model, t->micro_batch, data->S, cfg->gradient_checkpointing);
-    t->opt = tn_adamw_create(model);
+    t->zero_stage = stage;
+    if (stage) {
+        size_t lo, n;
+        tn_comm_shard(comm, model->n_trainable, t->rank, &lo, &n);
+        t->opt = tn_adamw_create_range(model, lo, n);
+    } else {
+        t->opt = tn_adamw_create(model);
+    }
     tn_sampler_init(&t->sampler, data->n, (uint64_t)cfg->seed);
     t->total_steps = tn_trainer_total_steps(cfg, data->n, t->world);
     t->warmup_steps = tn_warmup_steps(cfg, t->total_steps);
@@ -43,8 +53,13 @@ tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const
     return t;
 }
 
+void tn_trainer_shard(tn_trainer *t) {
+    if (t->zero_stage && !t->zero) t->zero = tn_zero_create(t->comm, t->model, t->zero_stage);
+}
+
 void tn_trainer_free(tn_trainer *t) {
     if (!t) return;
+    tn_zero_free(t->zero);
     tn_grad_sync_free(t->sync);
     tn_acts_free(t->acts);
     tn_adamw_free(t->opt);
@@ -75,7 +90,8 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     t->samples_seen += global;
     float scale = targets > 0 ? 1.0f / (float)targets : 0.0f;
 
-    m->be->zero(m->grad, m->n_trainable);
+    /* stages 2-3: released, the slab reads as zeros and holds no memory until backward writes it */
+    (t->zero_stage >= 2 ? m->be->release : m->be->zero)(m->grad, m->n_trainable);
     if (t->rank == 0 && t->step + 1 >= t->fault_nan_from && t->step + 1 <= t->fault_nan_to && m->n_trainable)
         m->be->upload(m->grad + m->n_trainable - 1, &(float){NAN}, 1); /* backward accumulates onto it */
     double loss = 0.0;
@@ -100,8 +116,10 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     st->comm_wait = tn_grad_sync_get_stats(t->sync)->wait_s;
     st->loss = targets > 0 ? loss / (double)targets : 0.0;
     st->lr = tn_lr_at(t->cfg->lr_scheduler_type, t->cfg->learning_rate, t->step, t->warmup_steps, t->total_steps);
-    /* the summed gradients are bit-identical on every rank, so the norm, the skip decision and the update are too */
-    st->grad_norm = tn_clip_grad_norm(m, t->cfg->max_grad_norm);
+    /* the summed gradients are bit-identical on every rank, so the norm, the skip decision and the update are too
+     * (sharded: every rank adds the shards' sums of squares in the same order) */
+    if (!t->zero) st->grad_norm = tn_clip_grad_norm(m, t->cfg->max_grad_norm);
+    else if (tn_zero_clip(t->zero, t->cfg->max_grad_norm, &st->grad_norm) != 0) return -1;
     if (!isfinite(st->loss) || !isfinite(st->grad_norm)) {
         t->step++;
         return tn_err("step %d: non-finite loss %g or gradient norm %g; step skipped", t->step, st->loss,
@@ -112,6 +130,7 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
                           .eps = t->cfg->adam_epsilon,
                           .weight_decay = t->cfg->weight_decay};
     tn_adamw_step(t->opt, m, &h, st->lr);
+    if (t->zero) tn_zero_after_update(t->zero);
     t->step++;
     return 0;
 }

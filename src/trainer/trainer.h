@@ -16,6 +16,7 @@
 #include "data/dataset.h"
 #include "model/model.h"
 #include "trainer/optimizer.h"
+#include "trainer/zero.h"
 
 typedef struct {
     const tn_train_config *cfg;
@@ -26,6 +27,8 @@ typedef struct {
     tn_comm *comm;           /* NULL: one process */
     int rank, world;
     struct tn_grad_sync *sync;
+    int zero_stage;          /* ZeRO stage in effect (0: plain data parallelism, or one rank) */
+    tn_zero *zero;           /* stage >= 1, from tn_trainer_shard on */
     tn_sampler sampler;
     int micro_batch, accum;  /* per-device batch, gradient accumulation steps */
     int total_steps, warmup_steps;
@@ -48,8 +51,12 @@ typedef struct {
 
 /* Steps: max_steps if > 0, else ceil(num_train_epochs * n / global batch). */
 int tn_trainer_total_steps(const tn_train_config *cfg, int n_samples, int world);
-/* comm may be NULL (one process). NULL with tn_err on a bad bucket size. */
+/* comm may be NULL (one process). NULL with tn_err on a bad bucket size. With cfg->zero_stage >= 1 on
+ * several ranks the AdamW moments cover this rank's shard only (zero.h). */
 tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const tn_dataset *data, tn_comm *comm);
+/* Sharded runs: once every rank holds the same whole model (after the start-up broadcast), shard it
+ * (stage 3 keeps only this rank's parameters from here on). Nothing for stage 0. */
+void tn_trainer_shard(tn_trainer *t);
 void tn_trainer_free(tn_trainer *t);
 /* Mean loss over every trained token of `eval` (no dropout, no update), the samples shared out over the
  * ranks (sample i on rank i mod world) and summed; collective. NAN with tn_err on failure. */

@@ -1,0 +1,191 @@
+/* zero.c -- see zero.h. Groups are indexed g + 1 (g = -1 the embedding .. L the final norm and lm_head). */
+#include "trainer/zero.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/core.h"
+#include "trainer/checkpoint.h"
+#include "trainer/optimizer.h"
+
+struct tn_zero {
+    tn_comm *c;
+    tn_model *m;
+    int stage, full;
+    size_t lo, n;        /* this rank's shard of the trainable slab */
+    tn_comm_op **op;     /* [L + 2] all-gather in flight per group */
+    unsigned char *here; /* [L + 2] the group's parameters are complete on this rank */
+};
+
+static void range_of(const tn_zero *z, int g, size_t *lo, size_t *hi) { tn_model_group_range(z->m, g, lo, hi); }
+
+static void gather(tn_zero *z, int g) {
+    if (z->here[g + 1] || z->op[g + 1]) return;
+    size_t lo, hi;
+    range_of(z, g, &lo, &hi);
+    if (hi == lo) {
+        z->here[g + 1] = 1;
+        return;
+    }
+    z->op[g + 1] = tn_comm_iallgather_range(z->c, z->m->slab, z->m->n_trainable, lo, hi);
+    if (!z->op[g + 1]) tn_die("parameter all-gather of group %d failed: %s", g, tn_errmsg());
+}
+
+static void wait_group(tn_zero *z, int g) {
+    tn_comm_op *op = z->op[g + 1];
+    z->op[g + 1] = NULL;
+    if (op && tn_comm_wait(op) != 0) tn_die("parameter all-gather of group %d failed: %s", g, tn_errmsg());
+    z->here[g + 1] = 1;
+}
+
+/* Stage 3: the group's parameters outside this rank's shard go back to the system. */
+static void release_group(tn_zero *z, int g) {
+    size_t lo, hi, own_lo = z->lo, own_hi = z->lo + z->n;
+    range_of(z, g, &lo, &hi);
+    const tn_backend *be = z->m->be;
+    float *p = z->m->slab;
+    if (own_lo > lo) be->release(p + lo, (own_lo < hi ? own_lo : hi) - lo);
+    if (own_hi < hi) {
+        size_t a = own_hi > lo ? own_hi : lo;
+        be->release(p + a, hi - a);
+    }
+    z->here[g + 1] = hi == lo;
+}
+
+static void on_params(void *ctx, int g, int need, int next) {
+    tn_zero *z = ctx;
+    if (z->full) return;
+    if (!need) {
+        if (z->stage == 3) release_group(z, g);
+        return;
+    }
+    if (z->stage == 3) gather(z, g);
+    wait_group(z, g);
+    if (z->stage == 3 && next >= -1) gather(z, next); /* prefetch: moves while this group computes */
+}
+
+tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage) {
+    tn_zero *z = tn_xcalloc(1, sizeof *z);
+    z->c = c, z->m = m, z->stage = stage;
+    tn_comm_shard(c, m->n_trainable, tn_comm_get_info(c)->rank, &z->lo, &z->n);
+    z->op = tn_xcalloc((size_t)m->L + 2, sizeof *z->op);
+    z->here = tn_xcalloc((size_t)m->L + 2, 1);
+    for (int g = -1; g <= m->L; g++) {
+        z->here[g + 1] = 1;
+        if (stage == 3) release_group(z, g);
+    }
+    m->param_hook = on_params;
+    m->param_hook_ctx = z;
+    return z;
+}
+
+void tn_zero_free(tn_zero *z) {
+    if (!z) return;
+    for (int g = -1; g <= z->m->L; g++)
+        if (z->op[g + 1]) tn_comm_wait(z->op[g + 1]);
+    if (z->m->param_hook_ctx == z) z->m->param_hook = NULL, z->m->param_hook_ctx = NULL;
+    free(z->op), free(z->here), free(z);
+}
+
+int tn_zero_stage(const tn_zero *z) { return z->stage; }
+void tn_zero_shard(const tn_zero *z, size_t *lo, size_t *n) { *lo = z->lo, *n = z->n; }
+
+int tn_zero_after_update(tn_zero *z) {
+    if (z->stage == 3) return 0; /* the next pass gathers what it needs */
+    for (int g = -1; g <= z->m->L; g++) {
+        z->here[g + 1] = 0;
+        gather(z, g); /* in forward order: the first layers' parameters arrive first */
+    }
+    return 0;
+}
+
+int tn_zero_full(tn_zero *z) {
+    for (int g = -1; g <= z->m->L; g++) gather(z, g);
+    for (int g = -1; g <= z->m->L; g++) wait_group(z, g);
+    z->full = 1;
+    return 0;
+}
+
+void tn_zero_end_full(tn_zero *z) {
+    z->full = 0;
+    if (z->stage == 3)
+        for (int g = -1; g <= z->m->L; g++) release_group(z, g);
+}
+
+int tn_zero_clip(tn_zero *z, double max_norm, double *norm) {
+    int size = tn_comm_get_info(z->c)->size;
+    double mine = tn_grad_sumsq(z->m, z->lo, z->n), total = 0;
+    double *all = tn_xmalloc((size_t)size * sizeof *all);
+    /* every rank adds the same numbers in the same order: the same norm, the same clipping everywhere */
+    int rc = tn_comm_allgather(z->c, &mine, sizeof mine, all);
+    for (int r = 0; r < size && rc == 0; r++) total += all[r];
+    free(all);
+    if (rc != 0) return tn_err("gradient norm exchange failed: %s", tn_errmsg());
+    *norm = sqrt(total);
+    if (max_norm > 0) {
+        double coef = max_norm / (*norm + 1e-6);
+        if (coef < 1.0) z->m->be->scale(z->m->grad + z->lo, z->n, (float)coef);
+    }
+    return 0;
+}
+
+void tn_zero_resident_bytes(const tn_zero *z, tn_zero_resident *r) {
+    const tn_backend *be = z->m->be;
+    r->params = be->resident(z->m->slab, z->m->n_trainable);
+    r->grads = be->resident(z->m->grad, z->m->n_trainable);
+}
+
+int tn_zero_save_moments(tn_zero *z, const tn_adamw *opt, const char *dir) {
+    const tn_comm_info *in = tn_comm_get_info(z->c);
+    size_t total = z->m->n_trainable;
+    float *m = tn_xalloc_floats(opt->n ? opt->n : 1), *v = tn_xalloc_floats(opt->n ? opt->n : 1);
+    opt->be->download(m, opt->m, opt->n);
+    opt->be->download(v, opt->v, opt->n);
+    int rc = 0;
+    if (in->rank != 0) {
+        rc = tn_comm_send(z->c, m, opt->n * sizeof *m, 0);
+        if (rc == 0) rc = tn_comm_send(z->c, v, opt->n * sizeof *v, 0);
+    } else {
+        rc = tn_checkpoint_write_moments(dir, tn_comm_shard_index(z->c, 0), in->size, total, opt->lo, opt->n, m, v);
+        for (int r = 1; r < in->size; r++) {
+            size_t lo, n;
+            tn_comm_shard(z->c, total, r, &lo, &n);
+            float *rm = tn_xalloc_floats(n ? n : 1), *rv = tn_xalloc_floats(n ? n : 1);
+            int got = tn_comm_recv(z->c, rm, n * sizeof *rm, r) == 0 && tn_comm_recv(z->c, rv, n * sizeof *rv, r) == 0;
+            if (!got) rc = tn_err("receiving rank %d's optimizer shard failed: %s", r, tn_errmsg());
+            else if (rc == 0) rc = tn_checkpoint_write_moments(dir, tn_comm_shard_index(z->c, r), in->size, total, lo, n, rm, rv);
+            free(rm), free(rv);
+        }
+    }
+    free(m), free(v);
+    return rc;
+}
+
+int tn_zero_load_moments(tn_zero *z, tn_adamw *opt, const char *dir) {
+    const tn_comm_info *in = tn_comm_get_info(z->c);
+    size_t total = z->m->n_trainable;
+    if (in->rank != 0) {
+        int32_t status = -1;
+        if (tn_comm_recv(z->c, &status, sizeof status, 0) != 0) return -1;
+        if (status != 0) return tn_err("rank 0 could not read the optimizer shard of rank %d", in->rank);
+        float *m = tn_xalloc_floats(opt->n ? opt->n : 1), *v = tn_xalloc_floats(opt->n ? opt->n : 1);
+        int rc = tn_comm_recv(z->c, m, opt->n * sizeof *m, 0);
+        if (rc == 0) rc = tn_comm_recv(z->c, v, opt->n * sizeof *v, 0);
+        if (rc == 0) opt->be->upload(opt->m, m, opt->n), opt->be->upload(opt->v, v, opt->n);
+        free(m), free(v);
+        return rc;
+    }
+    int rc = 0;
+    for (int r = 1; r < in->size; r++) {
+        size_t lo, n;
+        tn_comm_shard(z->c, total, r, &lo, &n);
+        float *m = tn_xalloc_floats(n ? n : 1), *v = tn_xalloc_floats(n ? n : 1);
+        int32_t status = tn_checkpoint_read_moments(dir, total, lo, n, m, v);
+        if (status != 0 && rc == 0) rc = -1; /* tn_err names the file; every rank still gets its status */
+        if (tn_comm_send(z->c, &status, sizeof status, r) != 0 ||
+            (status == 0 && (tn_comm_send(z->c, m, n * sizeof *m, r) != 0 || tn_comm_send(z->c, v, n * sizeof *v, r) != 0)))
+            rc = -1;
+        free(m), free(v);
+    }
+    return rc;
+}

@@ -1,0 +1,55 @@
+/* zero -- sharded data parallelism (ZeRO stages 1-3, what DeepSpeed's ZeRO and PyTorch's FSDP give).
+ *
+ * Owns: which contiguous range of the trainable slab this rank owns (its shard, comm.h), and keeping a
+ * sharded model usable by the plain layer-by-layer passes, through the model's param_hook:
+ *   stage 1  AdamW moments only for the shard; gradients reduce-scattered (every rank still holds the whole
+ *            gradient slab), the shard updated, the updated parameters all-gathered per group (layer)
+ *            while the next forward runs: each layer's forward waits only for its own group.
+ *   stage 2  + the gradient memory outside the shard goes back to the system after each bucket's
+ *            reduce-scatter (grad_sync.h).
+ *   stage 3  + the parameters outside the shard too: a group is all-gathered just before the pass uses it
+ *            (forward, and again backward), the next group's gather started at once (prefetch), and its
+ *            memory released after use. The embedding of a tied model stays from the first use to the
+ *            lm_head.
+ * Only trainable tensors are sharded: under LoRA the frozen base stays replicated (a rank needs every base
+ * weight in every forward and backward; sharding it would send the whole base twice per step to save
+ * memory that LoRA already saves). The byte counts behind that choice are in docs/performance.md. */
+#ifndef TN_ZERO_H
+#define TN_ZERO_H
+
+#include <stddef.h>
+
+#include "comm/comm.h"
+#include "model/model.h"
+#include "trainer/optimizer.h"
+
+typedef struct tn_zero tn_zero;
+
+typedef struct {
+    size_t params, grads; /* resident bytes of the parameter slab's trainable part and of the gradient slab */
+} tn_zero_resident;
+
+/* stage 1..3 over comm's ranks; installs the model's param_hook. At stage 3 the parameters outside the
+ * shard are released at once (every rank must hold the whole model on entry, e.g. after a broadcast). */
+tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage);
+void tn_zero_free(tn_zero *z);
+int tn_zero_stage(const tn_zero *z);
+void tn_zero_shard(const tn_zero *z, size_t *lo, size_t *n);
+/* After the optimizer updated the shard: stages 1-2 start the all-gathers of the updated parameters. */
+int tn_zero_after_update(tn_zero *z);
+/* Every parameter on every rank (saving, generation): waits for / runs every gather; collective. While
+ * full, the passes gather and release nothing. tn_zero_end_full releases again (stage 3). */
+int tn_zero_full(tn_zero *z);
+void tn_zero_end_full(tn_zero *z);
+/* Gradient norm over all shards (the same value on every rank) and clipping of this shard. -1 + tn_err
+ * when the exchange fails. */
+int tn_zero_clip(tn_zero *z, double max_norm, double *norm);
+void tn_zero_resident_bytes(const tn_zero *z, tn_zero_resident *r);
+/* Checkpoints, collective. Save: rank 0 writes every shard's moments into dir (its own, then each other
+ * rank's as it arrives; the others send theirs) and goes on receiving after a write error, so that nobody
+ * waits forever. Load: rank 0 reads each other rank's shard from dir (written at any world size or stage)
+ * and sends it, a status first. dir matters on rank 0 only. 0, or -1 + tn_err on this rank. */
+int tn_zero_save_moments(tn_zero *z, const tn_adamw *opt, const char *dir);
+int tn_zero_load_moments(tn_zero *z, tn_adamw *opt, const char *dir);
+
+#endif
