@@ -4,7 +4,8 @@
  * labels = inputs) on its tiny/small presets; FLOPs counted with its formula (PaLM convention):
  *   full 6 N T + 12 L D S T ;  LoRA (4 N + 6 N_lora) T + 12 L D S T ; N = base params minus the embedding.
  * Threads come from OMP_NUM_THREADS (OpenBLAS is the OpenMP build and follows it). --dist: one rank of a
- * data-parallel run under mpirun; --trace: every rank prints each step's phases to stderr. */
+ * data-parallel run under mpirun; --zero N: sharded as ZeRO stage N (zero.h), the trainer's step; --trace:
+ * every rank prints each step's phases to stderr. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "trainer/grad_sync.h"
 #include "model/model.h"
 #include "trainer/optimizer.h"
+#include "trainer/zero.h"
 
 static int preset(const char *name, tn_model_config *c, int *B, int *S) {
     memset(c, 0, sizeof *c);
@@ -57,7 +59,7 @@ static double median(double *v, int n) {
 
 static int bench_train(int argc, char **argv) {
     const char *name = "tiny";
-    int lora = 0, steps = 0, warmup = 2, dist = 0, trace = 0;
+    int lora = 0, steps = 0, warmup = 2, dist = 0, trace = 0, stage = 0;
     double bucket_mb = 4;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) name = argv[++i];
@@ -67,6 +69,7 @@ static int bench_train(int argc, char **argv) {
         else if (strcmp(argv[i], "--dist") == 0) dist = 1;
         else if (strcmp(argv[i], "--trace") == 0) trace = 1;
         else if (strcmp(argv[i], "--bucket-mb") == 0 && i + 1 < argc) bucket_mb = atof(argv[++i]);
+        else if (strcmp(argv[i], "--zero") == 0 && i + 1 < argc) stage = atoi(argv[++i]);
         else return tn_err("bench train: unexpected argument '%s'", argv[i]);
     }
     tn_model_config c;
@@ -80,10 +83,16 @@ static int bench_train(int argc, char **argv) {
     const tn_comm_info *in = comm ? tn_comm_get_info(comm) : NULL;
     tn_model *m = tn_model_create(&c, lora ? &lc : NULL, tn_backend_cpu());
     tn_model_init_random(m, 0);
-    tn_grad_sync *sync = comm ? tn_grad_sync_create(comm, m, (size_t)(bucket_mb * 1048576.0), TN_SYNC_ALLREDUCE) : NULL;
+    if (stage < 0 || stage > 3 || (stage && !comm)) return tn_err("bench train: --zero expects 0..3, with --dist");
+    if (comm && in->size == 1) stage = 0;
+    int mode = stage == 0 ? TN_SYNC_ALLREDUCE : stage == 1 ? TN_SYNC_REDUCE_SCATTER : TN_SYNC_REDUCE_SCATTER_RELEASE;
+    tn_grad_sync *sync = comm ? tn_grad_sync_create(comm, m, (size_t)(bucket_mb * 1048576.0), mode) : NULL;
     if (comm && !sync) return -1;
     tn_acts *a = tn_acts_create(m, B, S, 0);
-    tn_adamw *o = tn_adamw_create(m);
+    size_t lo = 0, len = m->n_trainable;
+    if (stage) tn_comm_shard(comm, m->n_trainable, in->rank, &lo, &len);
+    tn_adamw *o = tn_adamw_create_range(m, lo, len);
+    tn_zero *z = stage ? tn_zero_create(comm, m, stage) : NULL; /* every rank drew the same weights (seed 0) */
     tn_adamw_hparams h = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     int32_t *ids = tn_xmalloc((size_t)B * S * sizeof *ids);
     tn_rng rng;
@@ -95,14 +104,17 @@ static int bench_train(int argc, char **argv) {
     for (int i = 0; i < warmup + steps; i++) {
         double t0 = tn_now();
         int64_t nv = 0;
-        m->be->zero(m->grad, m->n_trainable);
+        (stage >= 2 ? m->be->release : m->be->zero)(m->grad, m->n_trainable);
         if (sync) tn_grad_sync_arm(sync);
         loss = tn_model_forward_backward(m, a, ids, ids, B, S, 1.0f / (float)targets, &nv, 0) / (double)targets;
         double t1 = tn_now();
         if (sync && tn_grad_sync_finish(sync) != 0) return -1;
         double t2 = tn_now();
-        tn_clip_grad_norm(m, 0);
+        double norm;
+        if (z) tn_zero_clip(z, 0, &norm);
+        else tn_clip_grad_norm(m, 0);
         tn_adamw_step(o, m, &h, 1e-4);
+        if (z) tn_zero_after_update(z);
         if (trace) /* every rank: tells a slow rank (its peers wait) from a slow link (everyone waits) */
             fprintf(stderr, "rank %d step %d: forward+backward %.1f ms (first bucket at %.1f), wait %.1f, optimizer %.1f\n",
                     in ? in->rank : 0, i, 1e3 * (t1 - t0), sync ? 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s : 0,
@@ -112,6 +124,10 @@ static int bench_train(int argc, char **argv) {
         if (i >= warmup && sync) first[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s;
     }
     double med = median(ms, steps); /* sorts: ms[0] is then the fastest step */
+    /* model state this rank holds after the last step (page residency): trainable parameters, gradients, AdamW */
+    const tn_backend *be = m->be;
+    double state_mb = (double)(be->resident(m->slab, m->n_trainable) + be->resident(m->grad, m->n_trainable) +
+                               be->resident(o->m, o->n) + be->resident(o->v, o->n)) / 1048576.0;
     /* FLOP model of bench_ref.py */
     double N = 0, n_lora = 0;
     for (int i = 0; i < m->n_params; i++) {
@@ -126,15 +142,17 @@ static int bench_train(int argc, char **argv) {
         printf("{\"impl\":\"tandem\",\"config\":\"%s%s\",\"threads\":%d,\"batch\":%d,\"seq\":%d,\"steps\":%d,"
                "\"ms_step\":%.2f,\"ms_min\":%.2f,\"tok_s\":%.1f,\"gflops\":%.2f,\"flops_per_step\":%.0f,"
                "\"peak_rss_mb\":%.1f,\"acts_mb\":%.1f,\"loss\":%.5f,\"ranks\":%d,\"nodes\":%d,"
-               "\"grad_mb\":%.2f,\"comm_wait_ms\":%.2f,\"first_grad_ms\":%.2f}\n",
+               "\"grad_mb\":%.2f,\"comm_wait_ms\":%.2f,\"first_grad_ms\":%.2f,\"zero\":%d,\"trainable\":%zu,"
+               "\"state_mb\":%.2f}\n",
                name, lora ? "-lora" : "", omp_get_max_threads(), B, S, steps, med, ms[0], (double)T / (med / 1e3),
                flops / (med / 1e3) / 1e9, flops, peak_rss_mb(), tn_acts_bytes(a) / 1048576.0, loss,
                in ? in->size : 1, in ? in->n_nodes : 1, m->n_trainable * 4.0 / 1048576.0, median(wait, steps),
-               median(first, steps));
+               median(first, steps), stage, m->n_trainable, state_mb);
     fflush(stdout);
     free(ms);
     free(wait);
     free(first);
+    tn_zero_free(z);
     tn_grad_sync_free(sync);
     free(ids);
     tn_adamw_free(o);

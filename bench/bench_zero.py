@@ -1,0 +1,104 @@
+"""bench_zero.py -- sharded data parallelism (ZeRO stages 0-3): memory and step time, in one invocation.
+
+Phases (every stage of a phase measured back to back, --rounds times; medians over rounds):
+  local  `tandem bench train --dist --zero S` under mpirun on this machine, 1, 2 and 4 ranks of one thread,
+         the small preset, full fine-tuning. Per rank: peak RSS, and the model state it holds after the last
+         step (trainable parameters + gradients + AdamW moments, page residency), next to the ZeRO formula
+         for P trainable parameters in fp32: stage 0 16P, 1 8P + 8P/N, 2 4P + 12P/N, 3 16P/N. Step time as a
+         ratio to stage 0 at the same number of ranks (the ranks share this machine's cores, so only ratios
+         within one N mean anything).
+  netns  2 simulated machines (network namespaces, scripts/netns) with one rank each, joined by a veth pair
+         shaped to 100 Mbit/s as bench_dp.py does; the tiny preset. Stage 2 moves the bytes of the plain
+         all-reduce (reduce-scatter + all-gather = G each way for gradients of G bytes), stage 3 one and a half
+         times that (the parameters are gathered twice, for forward and again for backward). The physical
+         limit of a step is max(T1, first gradient + B / rate) with B the bytes one direction carries and
+         rate one TCP stream's (iperf3), as in bench_dp.py.
+PyTorch's FSDP is not measured beside it: Debian's torch 1.13 cannot import torch.distributed.fsdp under
+Python 3.11 (a dataclass in its sharded-tensor metadata has a mutable default: ValueError at import).
+
+Usage (root, for the namespaces):  bench/bench_zero.sh [--phases local,netns] [--rounds R] [--steps K]
+                                   [--json OUT.jsonl]
+"""
+import argparse, json, os, statistics, subprocess, sys, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_dp import BIN, ENV, KIT, SHAPE, iperf_rate, run, tandem_json  # noqa: E402
+
+FORMULA = {0: lambda p, n: 16 * p, 1: lambda p, n: 8 * p + 8 * p / n, 2: lambda p, n: 4 * p + 12 * p / n,
+           3: lambda p, n: 16 * p / n}
+
+
+def local(preset, n, stage, steps):
+    cmd = ["mpirun", "-n", str(n), "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS", BIN, "bench",
+           "train", "--preset", preset, "--steps", str(steps), "--warmup", "1", "--dist", "--zero", str(stage)]
+    return tandem_json(run(cmd))
+
+
+def netns(preset, stage, steps):
+    cmd = [KIT, "mpirun", "-n", "2", "--map-by", "node", "-x", "OMP_NUM_THREADS", BIN, "bench", "train", "--preset",
+           preset, "--steps", str(steps), "--warmup", "1", "--dist", "--zero", str(stage)]
+    return tandem_json(run(cmd))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--phases", default="local,netns")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    phases = a.phases.split(",")
+    out = open(a.json, "a") if a.json else None
+    cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    print(f"bench_zero: {cpu}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
+    if "local" in phases:
+        rows = {}
+        for r in range(a.rounds):
+            for n in (1, 2, 4):
+                for s in ((0,) if n == 1 else (0, 1, 2, 3)):
+                    rows.setdefault((n, s), []).append(local("small", n, s, a.steps))
+        print("\nlocal, small preset (full fine-tuning), 1 thread per rank; model state per rank after the last step")
+        print("| ranks | stage | ms/step | vs stage 0 | peak RSS MB | model state MB | ZeRO formula MB | state / formula |")
+        print("|---|---|---|---|---|---|---|---|")
+        for (n, s), rs in rows.items():
+            ms = statistics.median(x["ms_step"] for x in rs)
+            base = statistics.median(x["ms_step"] for x in rows[(n, 0)])
+            rss = statistics.median(x["peak_rss_mb"] for x in rs)
+            state = statistics.median(x["state_mb"] for x in rs)
+            f = FORMULA[s](rs[0]["trainable"], n) / 1048576.0
+            print(f"| {n} | {s} | {ms:.0f} | {ms / base:.3f} | {rss:.0f} | {state:.1f} | {f:.1f} | {state / f:.3f} |")
+            if out:
+                for x in rs:
+                    out.write(json.dumps(dict(x, phase="local", formula_mb=f)) + "\n")
+    if "netns" in phases:
+        subprocess.run([KIT, "up", *SHAPE], env=ENV, check=True)
+        try:
+            rate = iperf_rate()
+            one = [tandem_json(run([BIN, "bench", "train", "--preset", "tiny", "--steps", str(a.steps + 2)]))
+                   for _ in range(a.rounds)]
+            rows = {}
+            for r in range(a.rounds):
+                for s in (0, 2, 3):
+                    rows.setdefault(s, []).append(netns("tiny", s, a.steps + 2))
+        finally:
+            subprocess.run([KIT, "down"], env=ENV)
+        t1 = statistics.median(x["ms_step"] for x in one)
+        g = one[0]["grad_mb"] * 1048576.0 / 1e6  # MB (10^6) of gradients
+        print(f"\nnetns, 2 machines x 1 rank over 100 Mbit/s (one TCP stream {rate:.2f} MB/s), tiny preset; T1 = {t1:.0f} ms")
+        print("| stage | ms/step | vs stage 0 | bytes each way MB | limit ms | vs limit | first gradient ms |")
+        print("|---|---|---|---|---|---|---|")
+        base = statistics.median(x["ms_step"] for x in rows[0])
+        for s, rs in rows.items():
+            ms = statistics.median(x["ms_step"] for x in rs)
+            first = statistics.median(x["first_grad_ms"] for x in rs)
+            b = g * (1.5 if s == 3 else 1.0)
+            lim = max(t1, first + b / rate * 1000.0)
+            print(f"| {s} | {ms:.0f} | {ms / base:.3f} | {b:.1f} | {lim:.0f} | {ms / lim:.3f} | {first:.0f} |")
+            if out:
+                for x in rs:
+                    out.write(json.dumps(dict(x, phase="netns", link_MBps=rate, limit_ms=lim)) + "\n")
+
+
+if __name__ == "__main__":
+    main()
