@@ -407,7 +407,9 @@ static int finish_outputs(job_ctx *j) {
     if (j->lead && j->eval) tn_progress_eval_begin(t->step, j->eval->n, 0);
     int rc = j->eval ? agree(j->comm, evaluate(j, &eval_loss, &eval_rt)) : 0;
     if (rc || !j->lead) return rc;
-    tn_trainer_state_info in = state_info(j, j->cfg->save_steps > 0);
+    const tn_train_config *cfg = j->cfg;
+    int saved = cfg->save_strategy == TN_SAVE_EPOCH || (cfg->save_strategy == TN_SAVE_STEPS && cfg->save_steps > 0);
+    tn_trainer_state_info in = state_info(j, saved);
     int64_t global = (int64_t)t->world * t->micro_batch * t->accum;
     tn_train_summary sum = {.train_runtime_s = train_rt,
                             .train_loss = j->loss_tokens ? j->loss_sum / (double)j->loss_tokens : 0,
