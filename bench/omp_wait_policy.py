@@ -13,7 +13,7 @@ waiting thread sleeps; set explicitly, because tandem now sets its own default w
 OMP_WAIT_POLICY=ACTIVE (spin ~5 minutes), PASSIVE (sleep at once), GOMP_SPINCOUNT=10000 and 1000 (short
 spins), and "tandem" (neither variable set: what the binary chooses itself).
 
-Usage: bench/omp_wait_policy.sh [--rounds R] [--steps K] [--wait-quiet SECONDS] [--tandem PATH]   (see docs/performance.md)
+Usage: bench/omp_wait_policy.sh [--rounds R] [--steps K] [--only NAME,...] [--wait-quiet SECONDS] [--tandem PATH]   (see docs/performance.md)
 """
 import argparse
 import os
@@ -49,17 +49,19 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--tandem", default=os.path.join(REPO, "build", "tandem"))
+    ap.add_argument("--only", default="", help="comma list: run only the variants whose name contains one of these")
     ap.add_argument("--wait-quiet", type=float, default=0,
                     help="before each measurement wait up to this many seconds for other tenants to go quiet")
     a = ap.parse_args()
     cores = os.cpu_count() or 1
+    variants = [v for v in VARIANTS if not a.only or any(w in v[0] for w in a.only.split(","))]
     base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     base["OMP_NUM_THREADS"] = str(cores)
     argv = [a.tandem, "bench", "train", "--preset", "tiny", "--steps", str(a.steps), "--warmup", "1"]
-    res = {(name, cond): [] for name, _ in VARIANTS for cond in ("free", "busy")}
+    res = {(name, cond): [] for name, _ in variants for cond in ("free", "busy")}
     foreign = {k: [] for k in res}
     for r in range(a.rounds):
-        for name, env in VARIANTS:
+        for name, env in variants:
             for cond in ("free", "busy"):
                 wait_quiet(a.wait_quiet)
                 hog = start_hog(cores - 1) if cond == "busy" else None
@@ -81,14 +83,14 @@ def main():
                 res[(name, cond)].append(j["tok_s"])
                 print(f"  round {r + 1} {name:42s} {cond}: {j['tok_s']:8.1f} tok/s (foreign {load:.2f})",
                       file=sys.stderr, flush=True)
-    quiet = f" --wait-quiet {a.wait_quiet:g}" if a.wait_quiet else ""
+    quiet = (f" --wait-quiet {a.wait_quiet:g}" if a.wait_quiet else "") + (f" --only {a.only}" if a.only else "")
     print(f"Command: `bench/omp_wait_policy.sh --rounds {a.rounds} --steps {a.steps}{quiet}`  ")
     print(f"CPU: {cpu_model()}, {cores} cores; tandem {git_rev()}; "
           f"`OMP_NUM_THREADS={cores} tandem bench train --preset tiny --steps {a.steps} --warmup 1`; "
           f"busy = `taskset -c {cores - 1} sh -c 'while :; do :; done'`\n")
     print("| variant | free tok/s | busy tok/s | busy / free | foreign load (other tenants, cores) |")
     print("|---|---|---|---|---|")
-    for name, _ in VARIANTS:
+    for name, _ in variants:
         f, b = statistics.median(res[(name, "free")]), statistics.median(res[(name, "busy")])
         fl = max(foreign[(name, "free")] + foreign[(name, "busy")])
         print(f"| {name} | {f:.0f} | {b:.0f} | {b / f:.2f} | ≤ {fl:.2f} |")
