@@ -24,7 +24,7 @@ static const page PAGES[] = {
      "  --help, -h      this page\n"
      "environment: OMP_NUM_THREADS (threads per rank; default: the machine's cores / its ranks),\n"
      "  TANDEM_CACHE_DIR (tokenized data, default ~/.cache/tandem/data), TANDEM_TTY=0|1 (plain log lines or\n"
-     "  a progress bar), OMP_WAIT_POLICY / GOMP_SPINCOUNT (default: see docs/performance.md)\n"},
+     "  a progress bar), OMP_WAIT_POLICY / GOMP_SPINCOUNT (unset: GOMP_SPINCOUNT=1000, docs/performance.md)\n"},
     {"launch", NULL, "launch [-n N | --hostfile FILE] [options] CONFIG.yaml [key=value ...]",
      "the same run on N local ranks or on every host of a hostfile, through Open MPI's mpirun",
      "  -n N, --nproc N       ranks on this machine (default: NPROC_PER_NODE, else 1)\n"
