@@ -99,7 +99,10 @@ static int load_cfg(int argc, char **argv, tn_train_config *cfg, const char **pr
         else if (!strchr(argv[i], '=')) rc = tn_err("command line: '%s' is not key=value", argv[i]);
         else rc = tn_train_config_override(cfg, argv[i]);
     }
-    return rc ? rc : tn_train_config_finish(cfg);
+    if (rc == 0) rc = tn_train_config_finish(cfg);
+    if (rc == 0) rc = tn_train_config_check_model_paths(cfg);
+    if (rc == 0) tn_train_config_print_notices(cfg, stderr); /* stdout: the answer */
+    return rc;
 }
 
 int tn_cmd_generate(int argc, char **argv) {

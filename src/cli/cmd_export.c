@@ -57,6 +57,8 @@ int tn_cmd_export(int argc, char **argv) {
         else rc = tn_train_config_override(&cfg, argv[i]);
     }
     if (rc == 0) rc = tn_train_config_finish(&cfg);
+    if (rc == 0) rc = tn_train_config_check_model_paths(&cfg);
+    if (rc == 0) tn_train_config_print_notices(&cfg, stdout);
     if (rc == 0) rc = do_export(&cfg);
     if (rc != 0) {
         fprintf(stderr, "tandem: error: %s\n", tn_errmsg());

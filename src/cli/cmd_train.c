@@ -89,6 +89,7 @@ int tn_cmd_train(int argc, char **argv) {
     set_threads(in);
     static tn_train_config cfg;
     int rc = load_config(argc, argv, in->size, &cfg);
+    if (rc == 0) rc = tn_train_config_check_model_paths(&cfg);
     /* a config error is the same on every rank: rank 0 reports it; the fingerprint check comes after, so
      * a rank with a different file is named by it */
     int first = tn_replica_first_failure(comm, rc != 0);
@@ -103,12 +104,7 @@ int tn_cmd_train(int argc, char **argv) {
         if (rc != 0 && in->rank != 0) rc = -2; /* every rank sees the mismatch; rank 0 reports it */
         collective = rc != 0;
     }
-    if (rc == 0 && in->rank == 0) /* keys of the Python world: what tandem does instead, one line each */
-        for (const char *p = cfg.notices; *p;) {
-            const char *nl = strchr(p, '\n');
-            printf("tandem: note: %.*s\n", (int)(nl - p), p);
-            p = nl + 1;
-        }
+    if (rc == 0 && in->rank == 0) tn_train_config_print_notices(&cfg, stdout); /* keys of the Python world */
     if (rc == 0) rc = tn_job_train(&cfg, comm, cfg_fp);
     if (rc == -1) {
         if (in->size > 1 && !collective)

@@ -1,41 +1,49 @@
-/* tandem -- command-line entry point: `tandem train CONFIG.yaml [key=value ...]`, `tandem bench ...`. */
+/* tandem -- command-line entry point: `tandem COMMAND [ARGS]`; `tandem --help` lists the commands, `tandem
+ * COMMAND --help` (help.c) a command's options. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/help.h"
 #include "core/core.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: tandem train CONFIG.yaml [key=value ...]   train as the YAML says (LLaMA-Factory keys)\n"
-            "       tandem bench train --preset tiny|small [--lora] [--steps N] [--warmup N]\n"
-            "       tandem tokenize TOKENIZER.json [--text S | --file P] [--no-special]   text -> token ids\n"
-            "       tandem tokenize TOKENIZER.json --decode [--skip-special] ID...      token ids -> text\n"
-            "       tandem launch [-n N | --hostfile FILE] CONFIG.yaml [key=value ...]\n"
-            "                                                    the same run on N local ranks or every host\n"
-            "       tandem export [CONFIG.yaml] [key=value ...]  merge adapter_name_or_path into model_name_or_path -> export_dir\n"
-            "       tandem chat CONFIG.yaml [key=value ...]      talk to model_name_or_path (+ adapter_name_or_path)\n"
-            "       tandem generate CONFIG.yaml --prompt TEXT    one answer, through the template\n"
-            "       tandem init-model CONFIG.json OUT_DIR [--tokenizer DIR]  a freshly initialised HF model folder\n"
-            "       tandem compare A B [--max-rel-l2 X]          per-tensor difference of two checkpoints\n"
-            "       tandem bench sgemm [--n N]                   measured fp32 sgemm peak\n"
-            "       mpirun -n N tandem bench allreduce [--min 4K] [--max 256M]   tandem's all-reduce vs MPI_Allreduce\n");
+/* libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, when it is loaded, before main() runs. Its default
+ * (spin ~3 ms before sleeping) collapses throughput when another process holds a core (docs/performance.md,
+ * bench/omp_wait_policy.sh), so when the user set neither, tandem re-executes itself once with a short spin.
+ * If the exec fails, the run goes on with libgomp's default. */
+#define TN_GOMP_SPINCOUNT "1000"
+static void default_wait_policy(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (setenv("GOMP_SPINCOUNT", TN_GOMP_SPINCOUNT, 1) != 0) return;
+    execv("/proc/self/exe", argv);
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 1 : 0;
+    if (argc < 2) {
+        tn_cli_usage(stderr);
+        return 1;
     }
-    if (strcmp(argv[1], "train") == 0) return tn_cmd_train(argc - 2, argv + 2);
-    if (strcmp(argv[1], "bench") == 0) return tn_cmd_bench(argc - 2, argv + 2);
-    if (strcmp(argv[1], "tokenize") == 0) return tn_cmd_tokenize(argc - 2, argv + 2);
-    if (strcmp(argv[1], "chat") == 0) return tn_cmd_chat(argc - 2, argv + 2);
-    if (strcmp(argv[1], "generate") == 0) return tn_cmd_generate(argc - 2, argv + 2);
-    if (strcmp(argv[1], "init-model") == 0) return tn_cmd_init_model(argc - 2, argv + 2);
-    if (strcmp(argv[1], "export") == 0) return tn_cmd_export(argc - 2, argv + 2);
-    if (strcmp(argv[1], "launch") == 0) return tn_cmd_launch(argc - 2, argv + 2);
-    if (strcmp(argv[1], "compare") == 0) return tn_cmd_compare(argc - 2, argv + 2);
-    fprintf(stderr, "tandem: error: unknown command '%s' (expected train, launch, chat, generate, export, init-model, tokenize, compare or bench; see tandem --help)\n", argv[1]);
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        tn_cli_usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "help")) return argc > 2 ? tn_cli_help(argv[2], argc > 3 ? argv[3] : NULL) : (tn_cli_usage(stdout), 0);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) return tn_cli_version();
+    if (tn_cli_wants_help(argc - 2, argv + 2)) return tn_cli_help(cmd, argc > 2 && argv[2][0] != '-' ? argv[2] : NULL);
+    default_wait_policy(argv);
+    if (strcmp(cmd, "train") == 0) return tn_cmd_train(argc - 2, argv + 2);
+    if (strcmp(cmd, "bench") == 0) return tn_cmd_bench(argc - 2, argv + 2);
+    if (strcmp(cmd, "tokenize") == 0) return tn_cmd_tokenize(argc - 2, argv + 2);
+    if (strcmp(cmd, "chat") == 0) return tn_cmd_chat(argc - 2, argv + 2);
+    if (strcmp(cmd, "generate") == 0) return tn_cmd_generate(argc - 2, argv + 2);
+    if (strcmp(cmd, "init-model") == 0) return tn_cmd_init_model(argc - 2, argv + 2);
+    if (strcmp(cmd, "export") == 0) return tn_cmd_export(argc - 2, argv + 2);
+    if (strcmp(cmd, "launch") == 0) return tn_cmd_launch(argc - 2, argv + 2);
+    if (strcmp(cmd, "compare") == 0) return tn_cmd_compare(argc - 2, argv + 2);
+    fprintf(stderr, "tandem: error: unknown command '%s' (expected train, launch, chat, generate, export, init-model, "
+                    "tokenize, compare, bench, help or version; see tandem --help)\n", cmd);
     return 1;
 }

@@ -13,8 +13,10 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -65,6 +67,9 @@ static int set_optim(tn_train_config *c, const key_def *k, const char *v, char *
 static int set_unsupported(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_resume(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_fsdp(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_report_to(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_save_strategy(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_export_size(tn_train_config *c, const key_def *k, const char *v, char *msg);
 
 #define VL_MISSING "vision-language (multimodal) models are not supported yet: tandem trains text-only decoders"
 #define LORA_MODULES "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
@@ -76,7 +81,7 @@ static const key_def KEYS[] = {
     {"adapter_name_or_path", PATH(adapter_name_or_path), 0, PATH_ADAPTER, "a PEFT adapter folder", NULL},
     /* export */
     {"export_dir", PATH(export_dir), 0, PATH_EXPORT, "a path", NULL},
-    {"export_size", INT(export_size, 1, 1 << 20), 0, 0, "an integer number of GB >= 1", NULL},
+    {"export_size", CUSTOM(export_size), 0, 0, "an integer number of GB >= 1", set_export_size},
     {"export_device", NOTICE, 0, 0, "the merge runs on the CPU", NULL},
     /* generation */
     {"do_sample", BOOL(do_sample), 0, 0, "true or false", NULL},
@@ -100,6 +105,8 @@ static const key_def KEYS[] = {
      set_unsupported},
     {"use_dora", NOFIELD, 0, 0, "not supported yet (plain LoRA only)", set_unsupported},
     {"use_rslora", NOFIELD, 0, 0, "not supported yet (scale is lora_alpha / lora_rank)", set_unsupported},
+    {"pissa_init", NOFIELD, 0, 0, "not supported yet (LoRA starts as PEFT's default: A random, B zero)",
+     set_unsupported},
     /* multimodal: LLaMA-Factory's Qwen3-VL / LLaVA examples */
     {"image_max_pixels", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
     {"image_min_pixels", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
@@ -126,6 +133,9 @@ static const key_def KEYS[] = {
     {"default_system", STR(default_system), 0, 0, "a string", NULL},
     {"val_size", NUM(val_size, 0, HUGE_VAL, 0, 0), 0, 0, "a fraction in [0, 1) or a count >= 1", NULL},
     {"streaming", NOFIELD, 0, 0, "not supported: tandem tokenizes once and caches", set_unsupported},
+    {"tokenized_path", NOTICE, 0, 0, "tandem tokenizes once per job and caches the result in TANDEM_CACHE_DIR "
+     "(default ~/.cache/tandem/data), keyed by data, template, tokenizer and cutoff_len; this folder is not read or "
+     "written", NULL},
     {"mix_strategy", NOFIELD, 0, 0, "not supported yet: datasets are concatenated in order (concat)",
      set_unsupported},
     /* training */
@@ -161,6 +171,8 @@ static const key_def KEYS[] = {
     {"output_dir", PATH(output_dir), 0, PATH_OUTPUT, "a path", NULL},
     {"logging_steps", INT(logging_steps, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
     {"save_steps", INT(save_steps, 0, INT_MAX), 0, 0, "an integer >= 0", NULL},
+    {"save_strategy", CUSTOM(save_strategy), 0, 0, "steps, epoch or no", set_save_strategy},
+    {"logging_first_step", BOOL(logging_first_step), 0, 0, "true or false", NULL},
     {"save_total_limit", INT(save_total_limit, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
     {"save_only_model", BOOL(save_only_model), 0, 0, "true or false", NULL},
     {"overwrite_output_dir", BOOL(overwrite_output_dir), 0, 0, "true or false", NULL},
@@ -172,13 +184,15 @@ static const key_def KEYS[] = {
     {"eval_steps", INT(eval_steps, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
     {"per_device_eval_batch_size", INT(per_device_eval_batch_size, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
     {"do_eval", BOOL(do_eval), 0, 0, "true or false", NULL},
+    {"eval_on_start", BOOL(eval_on_start), 0, 0, "true or false", NULL},
     /* the Python world's keys: accepted, with what tandem does instead */
     {"trust_remote_code", NOTICE, 0, 0, "tandem runs no model code: the architecture is read from config.json", NULL},
     {"preprocessing_num_workers", NOTICE, 0, 0, "tandem tokenizes once per job (all demo data in well under a second) and caches it", NULL},
     {"preprocessing_batch_size", NOTICE, 0, 0, "tandem tokenizes once per job and caches it", NULL},
     {"dataloader_num_workers", NOTICE, 0, 0, "batches are read from the tokenized cache in the training process", NULL},
     {"overwrite_cache", NOTICE, 0, 0, "the tokenized cache is keyed by the data, template, tokenizer and cutoff_len, so it is rebuilt whenever they change", NULL},
-    {"report_to", NOTICE, 1, 0, "metrics go to trainer_log.jsonl and the console only", NULL},
+    {"report_to", CUSTOM(report_to), 1, 0, "none, tensorboard, all, or services (wandb, swanlab, mlflow, ...)",
+     set_report_to},
     {"deepspeed", PATH(deepspeed), 0, PATH_DEEPSPEED, "a path to a DeepSpeed JSON config", NULL},
     {"bf16", NOTICE, 0, 0, "tandem has only its CPU backend so far, which computes in fp32", NULL},
     {"fp16", NOTICE, 0, 0, "tandem has only its CPU backend so far, which computes in fp32", NULL},
@@ -191,7 +205,7 @@ static const key_def KEYS[] = {
     {"use_unsloth", NOTICE, 0, 0, "tandem's kernels are already fused where it pays", NULL},
     {"save_on_each_node", NOTICE, 0, 0, "rank 0 writes every output; keep output_dir on rank 0's machine", NULL},
     {"include_num_input_tokens_seen", NOTICE, 0, 0, "tokens/s is always printed", NULL},
-    {"logging_dir", NOTICE, 0, 0, "logs go to output_dir/trainer_log.jsonl", NULL},
+    {"logging_dir", STR(logging_dir), 0, 0, "a folder for TensorBoard event files", NULL},
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
@@ -248,6 +262,27 @@ static const char *shown(const char *v, char *buf, size_t n) {
     for (char *p = buf; *p; p++)
         if ((unsigned char)*p < 0x20) *p = '?';
     return buf;
+}
+
+/* One "KEY: text" line in c->notices; a line noted earlier for the same key (YAML, then an override) is replaced. */
+static void add_note(tn_train_config *c, const char *key, const char *fmt, ...) TN_PRINTF(3, 4);
+static void add_note(tn_train_config *c, const char *key, const char *fmt, ...) {
+    size_t klen = strlen(key);
+    for (char *line = c->notices; *line;) {
+        char *nl = strchr(line, '\n');
+        if (strncmp(line, key, klen) == 0 && line[klen] == ':') {
+            memmove(line, nl + 1, strlen(nl + 1) + 1);
+            continue;
+        }
+        line = nl + 1;
+    }
+    size_t used = strlen(c->notices);
+    char text[MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    snprintf(c->notices + used, sizeof c->notices - used, "%s: %s\n", key, text);
 }
 
 static int expects(const key_def *k, const char *v, char *msg) {
@@ -357,11 +392,9 @@ static int apply_value(tn_train_config *c, const key_def *k, const char *v, int 
     }
     case K_CUSTOM:
         return k->set(c, k, v, msg);
-    case K_NOTICE: {
-        size_t used = strlen(c->notices);
-        snprintf(c->notices + used, sizeof c->notices - used, "%s: %s\n", k->name, k->expect);
+    case K_NOTICE:
+        add_note(c, k->name, "%s", k->expect);
         return 0;
-    }
     }
     return expects(k, v, msg);
 }
@@ -473,6 +506,50 @@ static int set_unsupported(tn_train_config *c, const key_def *k, const char *v, 
     if (!strcmp(k->name, "repetition_penalty") && (!strcmp(s, "1.0") || !strcmp(s, "1"))) return 0; /* neutral */
     snprintf(msg, MSG_MAX, "key '%s': %s", k->name, k->expect);
     return -1;
+}
+
+/* HF's report_to integrations: all are accepted; TensorBoard files are written, the services get nothing. */
+static const char *const REPORT_TO[] = {"none", "all", "tensorboard", "wandb", "swanlab", "mlflow", "comet_ml",
+                                        "neptune", "clearml", "azure_ml", "codecarbon", "dagshub", "dvclive",
+                                        "flyte", "trackio"};
+#define N_REPORT_TO ((int)(sizeof REPORT_TO / sizeof REPORT_TO[0]))
+
+static int set_report_to(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    char s[sizeof c->report_to], b[96];
+    if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
+    for (char *save = NULL, *t = strtok_r(s, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+        int known = 0;
+        for (int i = 0; i < N_REPORT_TO && !known; i++) known = strcmp(t, REPORT_TO[i]) == 0;
+        if (!known) {
+            snprintf(msg, MSG_MAX, "key '%s': %s is not an integration HF knows (expected none, tensorboard, all, "
+                     "wandb, swanlab, mlflow, comet_ml, neptune, clearml, ...)", k->name, shown(t, b, sizeof b));
+            return -1;
+        }
+    }
+    trimmed(v, c->report_to, sizeof c->report_to);
+    return 0;
+}
+
+static int set_save_strategy(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    char s[32];
+    if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
+    if (strcmp(s, "steps") == 0) c->save_strategy = TN_SAVE_STEPS;
+    else if (strcmp(s, "no") == 0) c->save_strategy = TN_SAVE_NO;
+    else if (strcmp(s, "epoch") == 0) c->save_strategy = TN_SAVE_EPOCH;
+    else if (strcmp(s, "best") == 0) {
+        snprintf(msg, MSG_MAX, "key '%s': 'best' is not supported yet (no metric_for_best_model): use steps or epoch",
+                 k->name);
+        return -1;
+    } else return expects(k, v, msg);
+    return 0;
+}
+
+static int set_export_size(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    long long x;
+    if (!parse_integer(v, &x) || x < 1 || x > (1 << 20)) return expects(k, v, msg);
+    c->export_size = (int)x;
+    add_note(c, k->name, "only `tandem export` reads it (safetensors shards of at most %d GB)", c->export_size);
+    return 0;
 }
 
 static int set_resume(tn_train_config *c, const key_def *k, const char *v, char *msg) {
@@ -828,6 +905,71 @@ static int resolve_path(const tn_train_config *c, const char *key, char *p, size
     return rc;
 }
 
+/* report_to: TensorBoard files for tensorboard (and all); the services are named as sent nothing. */
+static void note_report_to(tn_train_config *c) {
+    char s[sizeof c->report_to], services[sizeof c->report_to] = "";
+    snprintf(s, sizeof s, "%s", c->report_to);
+    int all = 0;
+    c->report_tensorboard = 0;
+    for (char *save = NULL, *t = strtok_r(s, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+        if (strcmp(t, "tensorboard") == 0 || strcmp(t, "all") == 0) c->report_tensorboard = 1;
+        all |= strcmp(t, "all") == 0;
+        if (strcmp(t, "tensorboard") && strcmp(t, "all") && strcmp(t, "none"))
+            snprintf(services + strlen(services), sizeof services - strlen(services), "%s%s", services[0] ? ", " : "", t);
+    }
+    const char *where = c->report_tensorboard ? "trainer_log.jsonl and TensorBoard event files (logging_dir)"
+                                              : "trainer_log.jsonl and the console";
+    if (services[0])
+        add_note(c, "report_to", "nothing is sent to %s (tandem has no client for it); metrics go to %s", services, where);
+    else if (all)
+        add_note(c, "report_to", "all: TensorBoard event files are written (logging_dir); no service is sent anything");
+    if (c->logging_dir[0] && !c->report_tensorboard)
+        add_note(c, "logging_dir", "TensorBoard files are written only with report_to: tensorboard");
+}
+
+void tn_train_config_print_notices(const tn_train_config *c, FILE *f) {
+    for (const char *p = c->notices; *p;) {
+        const char *nl = strchr(p, '\n');
+        fprintf(f, "tandem: note: %.*s\n", (int)(nl - p), p);
+        p = nl + 1;
+    }
+}
+
+/* HF's repo_id shape: NAME or ORG/NAME of [A-Za-z0-9._-], not starting or ending with '.' or '-'. */
+static int looks_like_hub_id(const char *p) {
+    int slashes = 0;
+    size_t n = strlen(p);
+    if (!n || strchr(".-/", p[0]) || strchr(".-/", p[n - 1]) || strstr(p, "..")) return 0;
+    for (const char *q = p; *q; q++) {
+        if (*q == '/') slashes++;
+        else if (!isalnum((unsigned char)*q) && !strchr("._-", *q)) return 0;
+    }
+    return slashes == 1;
+}
+
+static int check_folder(const tn_train_config *c, const char *key, const char *path, const char *what) {
+    struct stat st;
+    const char *file = c->source_path[0] ? c->source_path : "<config>";
+    char b[96];
+    if (!path[0] || (stat(path, &st) == 0 && S_ISDIR(st.st_mode))) return 0;
+    if (stat(path, &st) == 0) return tn_err("%s: key '%s': '%s' is a file; expected %s", file, key, tn_shown(path, b), what);
+    if (looks_like_hub_id(path)) {
+        const char *name = strchr(path, '/') + 1;
+        return tn_err("%s: key '%s': '%s' is not a local folder, and Hugging Face Hub ids are not downloaded: fetch it "
+                      "first (huggingface-cli download %s --local-dir models/%s) and pass %s: models/%s",
+                      file, key, tn_shown(path, b), path, name, key, name);
+    }
+    return tn_err("%s: key '%s': folder '%s' does not exist (expected %s)", file, key, tn_shown(path, b), what);
+}
+
+int tn_train_config_check_model_paths(const tn_train_config *c) {
+    if (check_folder(c, "model_name_or_path", c->model_name_or_path,
+                     "a local Hugging Face model folder: config.json, safetensors, tokenizer.json") != 0)
+        return -1;
+    return check_folder(c, "adapter_name_or_path", c->adapter_name_or_path,
+                        "a PEFT adapter folder: adapter_config.json + adapter_model.safetensors");
+}
+
 int tn_train_config_finish(tn_train_config *c) {
     const char *file = c->source_path[0] ? c->source_path : "<config>";
     if (!c->model_name_or_path[0] && !c->model_config[0])
@@ -849,6 +991,7 @@ int tn_train_config_finish(tn_train_config *c) {
     if (c->eval_strategy != TN_EVAL_NO && c->val_size <= 0)
         return tn_err("%s: key 'eval_strategy' needs an evaluation set: set val_size", file);
     if (c->eval_steps <= 0) c->eval_steps = c->logging_steps;
+    note_report_to(c);
     for (int i = 0; i < NKEYS; i++) {
         const key_def *k = &KEYS[i];
         if (k->kind != K_PATH || (c->cli_paths & k->path_bit) || k->path_bit == PATH_OUTPUT || k->path_bit == PATH_EXPORT)

@@ -9,10 +9,13 @@
 #ifndef TN_TRAIN_CONFIG_H
 #define TN_TRAIN_CONFIG_H
 
+#include <stdio.h>
+
 typedef enum { TN_FT_LORA, TN_FT_FULL } tn_finetuning_type;
 typedef enum { TN_STAGE_SFT, TN_STAGE_PT } tn_stage;
 typedef enum { TN_EVAL_NO, TN_EVAL_STEPS, TN_EVAL_EPOCH } tn_eval_strategy;
 typedef enum { TN_SCHED_CONSTANT, TN_SCHED_LINEAR, TN_SCHED_COSINE } tn_sched_type;
+typedef enum { TN_SAVE_STEPS, TN_SAVE_NO, TN_SAVE_EPOCH } tn_save_strategy;
 
 #define TN_PATH_MAX 1024
 
@@ -80,12 +83,18 @@ typedef struct {
     int save_only_model;                  /* default false: checkpoints hold optimizer + RNG state (resumable) */
     int overwrite_output_dir;             /* default 0: an output_dir with checkpoints auto-resumes (LF) */
     int plot_loss;                        /* default false (LF) */
+    tn_save_strategy save_strategy;       /* default steps (HF): every save_steps; no: never; epoch: each epoch's end */
+    int logging_first_step;               /* default false (HF): also log step 1 */
+    char report_to[256];                  /* HF's integrations, comma list ("" or none: none) */
+    int report_tensorboard;               /* report_to has tensorboard or all (set by finish) */
+    char logging_dir[TN_PATH_MAX];        /* TensorBoard files; "" = output_dir/runs/<time>_<host> (HF) */
     char resume_from_checkpoint[TN_PATH_MAX]; /* "" = none (LF auto-resume rule still applies) */
     /* evaluation */
     tn_eval_strategy eval_strategy;       /* default no (HF); steps when val_size > 0 and eval_steps given */
     int eval_steps;                       /* default 0 = logging_steps (HF) */
     int per_device_eval_batch_size;       /* default 8 (HF) */
     int do_eval;
+    int eval_on_start;                    /* default false (HF): evaluate once before the first step */
     /* generation (`tandem chat` / `tandem generate`; LLaMA-Factory's GeneratingArguments) */
     int do_sample;                        /* default true (LF) */
     double temperature, top_p;            /* 0.95, 0.7 (LF) */
@@ -107,6 +116,11 @@ int tn_train_config_override(tn_train_config *c, const char *key_eq_value);
 /* Cross-key checks after parsing and overrides (e.g. model_name_or_path or model_config required,
  * lora_alpha default from lora_rank). */
 int tn_train_config_finish(tn_train_config *c);
+/* model_name_or_path and adapter_name_or_path, when set, must be local folders: a Hub id
+ * ("Qwen/Qwen3-4B-Instruct-2507") gets one line saying that tandem does not download and what to pass. */
+int tn_train_config_check_model_paths(const tn_train_config *c);
+/* c->notices as "tandem: note: KEY: what tandem does" lines into f (the keys tandem notes, not obeys). */
+void tn_train_config_print_notices(const tn_train_config *c, FILE *f);
 
 /* Learning-rate schedule as HF transformers defines them (get_*_schedule_with_warmup):
  * warmup: lr * step / max(1, warmup); linear: lr * max(0, (total - step) / max(1, total - warmup));

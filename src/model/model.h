@@ -55,6 +55,7 @@ typedef struct {
     const tn_backend *be;
     int D, I, H, KV, hd, V, L, qkv_cols; /* shorthand: sizes; qkv_cols = (H + 2 KV) hd */
     float lora_scale;
+    const char *base_name_or_path;       /* adapter_config.json's base_model_name_or_path (NULL: null) */
 
     int n_params;
     tn_param *params;

@@ -212,7 +212,10 @@ int tn_model_save_adapter(const tn_model *m, const char *adapter_dir) {
     cJSON_AddStringToObject(j, "bias", "none");
     cJSON_AddFalseToObject(j, "fan_in_fan_out");
     cJSON_AddFalseToObject(j, "use_rslora");
-    cJSON_AddNullToObject(j, "base_model_name_or_path");
+    if (m->base_name_or_path && m->base_name_or_path[0])
+        cJSON_AddStringToObject(j, "base_model_name_or_path", m->base_name_or_path);
+    else
+        cJSON_AddNullToObject(j, "base_model_name_or_path"); /* a fresh model (model_config) has no folder */
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return tn_err("adapter_config.json: out of memory");

@@ -71,6 +71,7 @@ int tn_run_log_finish(tn_run_log *l, const char *output_dir, const tn_train_summ
     tn_hist_entry *e = tn_hist_push(l);
     *e = train;
     tn_hist_set(e, "step", s->global_step);
+    if (tn_run_log_tb_entry(l, e) != 0) return -1;
     tn_strbuf b = {0};
     tn_sb_printf(&b, "{\"current_steps\": %d, \"total_steps\": %d, \"epoch\": ", s->global_step, in->max_steps);
     tn_sb_py_float(&b, s->epoch);
@@ -96,6 +97,7 @@ int tn_run_log_finish(tn_run_log *l, const char *output_dir, const tn_train_summ
         tn_hist_entry *h = tn_hist_push(l); /* in memory only: the state file was saved before evaluating */
         *h = ev;
         tn_hist_set(h, "step", s->global_step);
+        if (tn_run_log_tb_entry(l, h) != 0) return -1;
         merge(&all, &ev);
     }
     return write_metrics(output_dir, "all_results.json", &all);

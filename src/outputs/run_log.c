@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "outputs/tensorboard.h"
+
 /* ---- log_history entries ---- */
 
 static const struct {
@@ -197,6 +199,9 @@ int tn_run_log_step(tn_run_log *l, const tn_log_step *s) {
     tn_hist_set(e, "learning_rate", s->learning_rate);
     tn_hist_set(e, "epoch", s->epoch);
     tn_hist_set(e, "step", s->step);
+    if (tn_run_log_tb_entry(l, e) != 0 ||
+        (l->tb && s->tokens_per_s > 0 && tn_tb_scalar(l->tb, "train/tokens_per_second", s->tokens_per_s, s->step) != 0))
+        return -1;
 
     tn_strbuf b = {0};
     tn_sb_printf(&b, "{\"current_steps\": %d, \"total_steps\": %d, \"loss\": ", s->step, s->total_steps);
@@ -225,6 +230,7 @@ int tn_run_log_eval(tn_run_log *l, const tn_log_eval *ev) {
     tn_eval_metrics(e, ev->eval_loss, ev->runtime_s, ev->n_samples, ev->n_batches);
     tn_hist_set(e, "epoch", ev->epoch);
     tn_hist_set(e, "step", ev->step);
+    if (tn_run_log_tb_entry(l, e) != 0) return -1;
 
     tn_strbuf b = {0};
     tn_sb_printf(&b, "{\"current_steps\": %d, \"total_steps\": %d, \"eval_loss\": ", ev->step, ev->total_steps);
@@ -238,8 +244,29 @@ int tn_run_log_eval(tn_run_log *l, const tn_log_eval *ev) {
     return rc;
 }
 
+int tn_run_log_tensorboard(tn_run_log *l, const char *logdir) {
+    if (l->tb) return tn_err("%s: TensorBoard is already on for this run", logdir);
+    l->tb = tn_tb_open(logdir);
+    return l->tb ? 0 : -1;
+}
+
+int tn_run_log_tb_entry(tn_run_log *l, const tn_hist_entry *e) {
+    const double *step = tn_hist_get(e, "step");
+    if (!l->tb || !step) return 0;
+    for (int i = 0; i < e->n; i++) {
+        const char *k = e->kv[i].key;
+        if (strcmp(k, "step") == 0) continue;
+        char tag[96];
+        if (strncmp(k, "eval_", 5) == 0) snprintf(tag, sizeof tag, "eval/%s", k + 5); /* HF's rewrite_logs */
+        else snprintf(tag, sizeof tag, "train/%s", k);
+        if (tn_tb_scalar(l->tb, tag, e->kv[i].v, (int64_t)*step) != 0) return -1;
+    }
+    return 0;
+}
+
 void tn_run_log_close(tn_run_log *l) {
     if (!l) return;
+    tn_tb_close(l->tb);
     if (l->f) fclose(l->f);
     free(l->log_path);
     free(l->hist);

@@ -14,7 +14,7 @@ typedef struct {                 /* one logging_steps window, as LLaMA-Factory's
     double learning_rate, epoch; /* epoch: fractional, as HF */
     double elapsed_s, remaining_s;  /* elapsed_time / remaining_time "H:MM:SS"; LF's remaining is the mean
                                      * step time so far x steps left */
-    double tokens_per_s;         /* tandem extra, shown on the progress bar only (not one of LF's keys) */
+    double tokens_per_s;         /* tandem extra: the progress bar and TensorBoard (not one of LF's keys) */
 } tn_log_step;
 
 typedef struct {
@@ -57,6 +57,11 @@ tn_run_log *tn_run_log_open(const char *output_dir, int resume_step);
 /* On resume: reloads log_history entries with step <= resume_step from CHECKPOINT_DIR/trainer_state.json
  * (as HF does from the checkpoint it resumes), so the final trainer_state.json and plot cover the whole run. */
 int tn_run_log_load_history(tn_run_log *l, const char *checkpoint_dir);
+/* report_to: tensorboard: from now on every logged entry also goes to a TensorBoard event file in LOGDIR
+ * (tensorboard.h), as HF's TensorBoardCallback.on_log writes it: each number under "eval/<name>" for
+ * eval_<name> keys, else "train/<key>", at the global step; plus tandem's "train/tokens_per_second" with each
+ * training log. Entries reloaded from a checkpoint are not written again. */
+int tn_run_log_tensorboard(tn_run_log *l, const char *logdir);
 int tn_run_log_step(tn_run_log *l, const tn_log_step *s);     /* one trainer_log.jsonl line + log_history */
 int tn_run_log_eval(tn_run_log *l, const tn_log_eval *e);
 /* trainer_state.json into dir (output_dir or checkpoint-N/, created if missing) with log_history so far.

@@ -26,6 +26,7 @@ struct tn_run_log {
     tn_hist_entry *hist;
     int n_hist, cap_hist;
     int resume_step;   /* entries loaded from a checkpoint must not go past it */
+    struct tn_tb_writer *tb; /* report_to: tensorboard; NULL otherwise */
 };
 
 /* The static name for KEY when it is one HF writes into log_history, else NULL; *is_int tells whether
@@ -41,6 +42,10 @@ void tn_hist_write_obj(tn_strbuf *b, const tn_hist_entry *e, int indent, int lev
 /* HF's evaluate() metrics: eval_loss, eval_runtime rounded to 4 decimals, samples/s and steps/s rounded to
  * 3 (both omitted when the runtime is 0, as HF's speed_metrics does). */
 void tn_eval_metrics(tn_hist_entry *e, double loss, double runtime, int n_samples, int n_batches);
+
+/* The entry's numbers (all keys but "step") as TensorBoard scalars at its step, under HF's tags; 0 when
+ * TensorBoard is off. */
+int tn_run_log_tb_entry(tn_run_log *l, const tn_hist_entry *e);
 
 /* One trainer_log.jsonl line, flushed. */
 int tn_run_log_append_line(tn_run_log *l, const char *line);

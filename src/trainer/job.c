@@ -13,9 +13,11 @@
 #include "data/lf_dataset.h"
 #include "tokenizer/tokenizer.h"
 #include "model/model.h"
+#include "outputs/chat_template.h"
 #include "outputs/output_lock.h"
 #include "outputs/progress.h"
 #include "outputs/run_log.h"
+#include "outputs/tensorboard.h"
 #include "trainer/checkpoint.h"
 #include "trainer/demo_eval.h"
 #include "trainer/memory_check.h"
@@ -145,6 +147,7 @@ static tn_model *load_model(const tn_train_config *cfg) {
     }
     m = tn_model_create(&mc, &lora, tn_backend_cpu());
     tn_model_init_random(m, (uint64_t)cfg->seed); /* LoRA adapters (and a fresh model) start from here */
+    m->base_name_or_path = fresh ? NULL : cfg->model_name_or_path; /* adapter_config.json names it */
     if ((!fresh && tn_model_load_hf(m, cfg->model_name_or_path) != 0) ||
         (lora.r && cfg->adapter_name_or_path[0] && tn_model_load_adapter(m, cfg->adapter_name_or_path) != 0)) {
         tn_model_free(m);
@@ -155,13 +158,15 @@ out:
     return m;
 }
 
-/* The final model as LLaMA-Factory leaves it: a PEFT adapter for LoRA; for full fine-tuning an HF folder
- * with the base model's tokenizer files, so the folder loads as a model on its own. */
+/* The final model as LLaMA-Factory leaves it: a PEFT adapter for LoRA, an HF folder for full fine-tuning;
+ * either way with the base model's tokenizer files and chat template beside it (LF saves the tokenizer into
+ * output_dir), so the folder serves chat and export as it is. */
 static int save_outputs(const tn_train_config *cfg, const tn_model *m) {
-    if (m->lora.r) return tn_model_save_adapter(m, cfg->output_dir);
-    int rc = tn_model_save_hf(m, cfg->output_dir, (size_t)5 << 30);
+    int rc = m->lora.r ? tn_model_save_adapter(m, cfg->output_dir) : tn_model_save_hf(m, cfg->output_dir, (size_t)5 << 30);
     if (rc == 0 && cfg->model_name_or_path[0] && tn_model_copy_tokenizer_files(cfg->model_name_or_path, cfg->output_dir) < 0)
         rc = tn_err("%s: cannot copy the tokenizer files", cfg->output_dir);
+    if (rc == 0 && cfg->model_name_or_path[0] && tn_write_chat_template(cfg->model_name_or_path, cfg->output_dir) < 0)
+        rc = -1;
     return rc;
 }
 
@@ -170,10 +175,13 @@ static void print_banner(const tn_train_config *cfg, const tn_model *m, const tn
     printf("tandem: %s model, %d layers, hidden %d, vocab %d: %.2fM parameters, %.2fM trainable (%s)\n",
            m->cfg.model_type, m->L, m->D, m->V, base / 1e6, m->n_trainable / 1e6,
            m->lora.r ? "LoRA" : "full fine-tuning");
+    const char *policy = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT"); /* main.c sets a default */
     printf("tandem: %d steps of %d rank(s) x %d x %d sequences x %d tokens, lr %.2g (%s, %d warmup), "
-           "%d threads per rank (%s)\n",
+           "%d threads per rank (%s; OpenMP waits: %s%s%s%s%s)\n",
            t->total_steps, t->world, t->micro_batch, t->accum, t->data->S, cfg->learning_rate,
-           tn_train_config_sched_name(cfg), t->warmup_steps, m->be->num_threads(), m->be->kernel_name());
+           tn_train_config_sched_name(cfg), t->warmup_steps, m->be->num_threads(), m->be->kernel_name(),
+           policy ? "OMP_WAIT_POLICY=" : "", policy ? policy : "", policy && spin ? " " : "",
+           spin ? "GOMP_SPINCOUNT=" : "", spin ? spin : (policy ? "" : "libgomp default"));
     if (t->comm && t->world > 1) {
         const tn_comm_info *in = tn_comm_get_info(t->comm);
         printf("tandem: data parallel over %d rank(s) on %d machine(s)%s; gradients all-reduced once per step "
@@ -339,17 +347,47 @@ static int name_slow_rank(const job_ctx *j, double compute, int *slow_rank, int 
     return 0;
 }
 
+/* The step just done finished an epoch (samples_seen crossed a multiple of the training set). */
+static int epoch_ended(const tn_trainer *t) {
+    int64_t n = t->data->n, global = (int64_t)t->world * t->micro_batch * t->accum;
+    return n > 0 && t->samples_seen / n > (t->samples_seen - global) / n;
+}
+
+/* An evaluation during training (eval_on_start, eval_steps, epoch ends): announced while it runs, then logged
+ * as HF logs it. *seconds: its duration, which the throughput leaves out. Collective. */
+static int eval_during_training(job_ctx *j, int tty, double *seconds) {
+    tn_trainer *t = j->t;
+    double loss, rt;
+    if (j->lead) tn_progress_eval_begin(t->step, j->eval->n, tty);
+    int rc = agree(j->comm, evaluate(j, &loss, &rt));
+    if (rc) return rc;
+    *seconds = rt;
+    tn_log_eval le = {.step = t->step, .epoch = epoch_of(t), .eval_loss = loss, .runtime_s = rt,
+                      .n_samples = j->eval->n, .total_steps = t->total_steps, .elapsed_s = tn_now() - j->t0,
+                      .n_batches = (j->eval->n + t->world * t->micro_batch - 1) / (t->world * t->micro_batch)};
+    if (j->lead) {
+        tn_progress_eval_end(t->step, loss, j->eval->n, rt, tty);
+        if (tn_run_log_eval(j->log, &le) != 0) return agree(j->comm, -1);
+    }
+    return 0;
+}
+
 static int train_loop(job_ctx *j) {
     const tn_train_config *cfg = j->cfg;
     tn_trainer *t = j->t;
-    /* under mpirun a rank's stdout is a pty even when mpirun writes to a file: the launcher says (TANDEM_TTY)
-     * whether a terminal is really at the end */
+    /* TANDEM_TTY=1|0 says whether a terminal is at the end: under mpirun a rank's stdout is a pty even when
+     * mpirun writes to a file, so the launcher sets it; without it, stdout itself tells */
     const char *tty_env = getenv("TANDEM_TTY");
-    const int tty = getenv("OMPI_COMM_WORLD_SIZE") ? (tty_env && strcmp(tty_env, "1") == 0) : isatty(fileno(stdout));
-    double window_loss = 0, last = tn_now(), window_compute = 0;
+    const int tty = tty_env && *tty_env ? strcmp(tty_env, "1") == 0
+                                        : !getenv("OMPI_COMM_WORLD_SIZE") && isatty(fileno(stdout));
+    double window_loss = 0, last = tn_now(), window_compute = 0, window_eval = 0;
     int slow_rank = -1, slow_streak = 0;
     int64_t window_tokens = 0, window_seen = 0;
     int bad = 0;
+    if (j->eval && cfg->eval_on_start && t->step == 0) {
+        int rc = eval_during_training(j, tty, &window_eval);
+        if (rc) return rc;
+    }
     while (t->step < t->total_steps) {
         tn_step_stats st;
         double step_t0 = tn_now();
@@ -370,34 +408,37 @@ static int train_loop(job_ctx *j) {
         j->loss_sum += st.loss * (double)st.tokens;
         j->loss_tokens += st.tokens;
         j->comm_wait += st.comm_wait;
-        if (t->step % cfg->logging_steps == 0 || t->step == t->total_steps) {
-            double now = tn_now(), elapsed = now - j->t0;
+        int log_now = t->step % cfg->logging_steps == 0 || t->step == t->total_steps ||
+                      (cfg->logging_first_step && t->step == 1);
+        if (log_now || (tty && j->lead)) { /* a terminal's bar moves every step; the logs every logging step */
+            double now = tn_now(), elapsed = now - j->t0, train_s = now - last - window_eval;
             int done = t->step - j->start_step;
             tn_log_step ls = {.step = t->step, .total_steps = t->total_steps,
                               .loss = window_loss / (double)(window_tokens ? window_tokens : 1),
                               .grad_norm = cfg->max_grad_norm > 0 ? st.grad_norm : -1, .learning_rate = st.lr,
                               .epoch = epoch_of(t), .elapsed_s = elapsed,
                               .remaining_s = done ? elapsed / done * (t->total_steps - t->step) : 0,
-                              .tokens_per_s = (double)window_seen / (now - last)};
-            if (j->lead) {
-                if (tn_run_log_step(j->log, &ls) != 0) return agree(j->comm, -1);
-                tn_progress_print(&ls, tty);
-            }
+                              .tokens_per_s = train_s > 0 ? (double)window_seen / train_s : 0};
+            if (j->lead && log_now && tn_run_log_step(j->log, &ls) != 0) return agree(j->comm, -1);
+            if (j->lead) tn_progress_print(&ls, tty);
+        }
+        if (log_now) {
             if (t->world > 1 && name_slow_rank(j, window_compute, &slow_rank, &slow_streak) != 0) return agree(j->comm, -1);
-            window_loss = 0, window_tokens = 0, window_seen = 0, last = now, window_compute = 0;
+            window_loss = 0, window_tokens = 0, window_seen = 0, last = tn_now(), window_compute = 0, window_eval = 0;
         }
-        if (j->eval && cfg->eval_strategy == TN_EVAL_STEPS && t->step % cfg->eval_steps == 0 && t->step < t->total_steps) {
-            double loss, rt;
-            if (agree(j->comm, evaluate(j, &loss, &rt))) return -1;
-            tn_log_eval le = {.step = t->step, .epoch = epoch_of(t), .eval_loss = loss, .runtime_s = rt,
-                              .n_samples = j->eval->n, .total_steps = t->total_steps, .elapsed_s = tn_now() - j->t0,
-                              .n_batches = (j->eval->n + t->world * t->micro_batch - 1) / (t->world * t->micro_batch)};
-            if (j->lead) {
-                printf("tandem: step %d eval_loss %.4f (%d samples, %.1f s)\n", t->step, loss, j->eval->n, rt);
-                if (tn_run_log_eval(j->log, &le) != 0) return agree(j->comm, -1);
-            }
+        int epoch_end = epoch_ended(t);
+        if (j->eval && t->step < t->total_steps &&
+            ((cfg->eval_strategy == TN_EVAL_STEPS && t->step % cfg->eval_steps == 0) ||
+             (cfg->eval_strategy == TN_EVAL_EPOCH && epoch_end))) {
+            double secs = 0;
+            int rc = eval_during_training(j, tty, &secs);
+            if (rc) return rc;
+            window_eval += secs;
         }
-        if (cfg->save_steps > 0 && (t->step % cfg->save_steps == 0 || t->step == t->total_steps)) {
+        int save_now = cfg->save_strategy == TN_SAVE_STEPS
+                           ? cfg->save_steps > 0 && (t->step % cfg->save_steps == 0 || t->step == t->total_steps)
+                           : cfg->save_strategy == TN_SAVE_EPOCH && (epoch_end || t->step == t->total_steps);
+        if (save_now) {
             int rc = save_checkpoint(j);
             if (rc) return rc;
         }
@@ -415,18 +456,21 @@ static int train_loop(job_ctx *j) {
  * set (collective), the model, then train/eval/all_results.json, trainer_state.json and the loss plot
  * (rank 0). The results come only after the model is on disk: a results file must never claim a finished
  * run whose model is missing. */
-static int final_eval(job_ctx *j, double *loss, double *runtime) {
-    *loss = 0, *runtime = 0;
+static int final_eval(job_ctx *j, double *loss, double *runtime, double *train_rt) {
+    *loss = 0, *runtime = 0, *train_rt = tn_now() - j->t0; /* HF's train_runtime: not the final eval */
+    if (j->lead && j->eval) tn_progress_eval_begin(j->t->step, j->eval->n, 0);
     int rc = j->eval ? agree(j->comm, evaluate(j, loss, runtime)) : 0;
     if (rc == 0 && j->eval && j->lead) printf("tandem: eval_loss %.4f on %d held-out samples\n", *loss, j->eval->n);
     return rc;
 }
 
-static int write_results(job_ctx *j, double eval_loss, double eval_rt) {
+static int write_results(job_ctx *j, double eval_loss, double eval_rt, double train_rt) {
     const tn_trainer *t = j->t;
-    tn_trainer_state_info in = state_info(j, j->cfg->save_steps > 0);
+    const tn_train_config *cfg = j->cfg;
+    int saved = cfg->save_strategy == TN_SAVE_EPOCH || (cfg->save_strategy == TN_SAVE_STEPS && cfg->save_steps > 0);
+    tn_trainer_state_info in = state_info(j, saved);
     int64_t global = (int64_t)t->world * t->micro_batch * t->accum;
-    tn_train_summary sum = {.train_runtime_s = tn_now() - j->t0,
+    tn_train_summary sum = {.train_runtime_s = train_rt,
                             .train_loss = j->loss_tokens ? j->loss_sum / (double)j->loss_tokens : 0,
                             .epoch = epoch_of(t), .global_step = t->step,
                             .n_samples_trained = (int)((int64_t)t->total_steps * global), .total_flos = in.total_flos,
@@ -538,6 +582,16 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
             tn_run_log_close(j.log);
             j.log = NULL;
         }
+        if (j.log && cfg->report_tensorboard) { /* HF's default logging_dir: a new runs/ folder per run */
+            char *dir = cfg->logging_dir[0] ? tn_xstrdup(cfg->logging_dir) : tn_tb_default_logdir(cfg->output_dir);
+            if (tn_run_log_tensorboard(j.log, dir) == 0) {
+                printf("tandem: TensorBoard event files in %s (tensorboard --logdir %s)\n", dir, dir);
+            } else {
+                tn_run_log_close(j.log);
+                j.log = NULL;
+            }
+            free(dir);
+        }
     }
     if (rc == 0) rc = agree(comm, lead && !j.log ? -1 : 0);
     if (rc == 0) {
@@ -549,8 +603,8 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
         rc = train_loop(&j);
         tn_comm_set_peer_timeout(comm, 0);
     }
-    double eval_loss = 0, eval_rt = 0;
-    if (rc == 0) rc = final_eval(&j, &eval_loss, &eval_rt);
+    double eval_loss = 0, eval_rt = 0, train_rt = 0;
+    if (rc == 0) rc = final_eval(&j, &eval_loss, &eval_rt, &train_rt);
     if (rc == 0 && t->zero) rc = agree(comm, tn_zero_full(t->zero)); /* rank 0 writes the whole model */
     if (lead) tn_comm_busy(comm, 1), tn_rank_watch_saving(1);
     if (rc == 0) {
@@ -559,7 +613,7 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
             rc = save_outputs(cfg, m);
             if (rc == 0) printf("tandem: saved %s to %s\n", m->lora.r ? "LoRA adapter" : "model", cfg->output_dir);
             else drop_results(cfg->output_dir);
-            if (rc == 0) rc = write_results(&j, eval_loss, eval_rt);
+            if (rc == 0) rc = write_results(&j, eval_loss, eval_rt, train_rt);
             if (rc == 0 && is_demo(cfg)) {
                 printf("tandem: held-out problems (never trained on), greedy completions:\n");
                 double acc = tn_demo_report(m, &eval, 8);

@@ -59,7 +59,7 @@ check 'grep -q "data parallel over 2 rank" "$T/lora_sft_2.log"'
 lf_outputs saves/qwen3-4b/lora/sft adapter_config.json adapter_model.safetensors
 
 run lora_sft_ds3 "$BIN" launch -n 2 --no-bind examples/train_lora/qwen3_lora_sft_ds3.yaml $M max_steps=2
-check 'grep -q "deepspeed ds_z3_config.json: ZeRO stage 3 requested" "$T/lora_sft_ds3.log"'
+check 'grep -q "deepspeed ds_z3_config.json: ZeRO stage 3: AdamW state, gradients and parameters sharded" "$T/lora_sft_ds3.log"'
 lf_outputs saves/qwen3-4b/lora/sft adapter_config.json adapter_model.safetensors
 
 run lora_pt "$BIN" train examples/train_lora/qwen3_lora_pretrain.yaml $M max_steps=1

@@ -54,7 +54,7 @@ static void test_values(void) {
     /* explicit values equal to the YAML's are fine; so is "auto" */
     expect_ok("{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": \"auto\", "
               "\"train_batch_size\": 24, \"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": 1}}",
-              3, 1, "ZeRO stage 1 requested");
+              3, 1, "ZeRO stage 1: AdamW state sharded");
     expect_ok("{}", 1, 0, NULL);
     expect_ok("{\"zero_optimization\": {\"stage\": 0}}", 2, 0, "ZeRO stage 0: plain data parallelism");
     expect_ok("{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\", \"betas\": \"auto\"}}}", 1, 0,

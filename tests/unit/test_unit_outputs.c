@@ -471,8 +471,13 @@ static void progress(void) {
     char out[512];
     tn_log_step s = {120, 1000, 2.34567, 0.95, 1e-4, 0.12, 62.5, 312.9, 15234.4};
     tn_progress_format(out, sizeof out, &s, 1);
-    const char *tty = "\r120/1000 [###...........................]  12% loss 2.3457 | 15234 tok/s | ETA 0:05:12\033[K";
+    const char *tty = "\r120/1000 [###...........................]  12% loss 2.3457 | lr 1.00e-04 | grad_norm 0.950 | "
+                      "15234 tok/s | ETA 0:05:12\033[K";
     CHECKF(strcmp(out, tty) == 0, "tty bar:\n  got      '%s'\n  expected '%s'", out, tty);
+    s.grad_norm = -1; /* clipping off: no grad_norm, as HF omits it */
+    tn_progress_format(out, sizeof out, &s, 1);
+    CHECKF(!strstr(out, "grad_norm") && strstr(out, "| lr 1.00e-04 | 15234 tok/s"), "no grad_norm: '%s'", out);
+    s.grad_norm = 0.95;
     tn_progress_format(out, sizeof out, &s, 0);
     const char *plain = "step 120/1000 (12.0%) | loss 2.3457 | lr 1.000e-04 | grad_norm 0.9500 | epoch 0.12 | "
                         "15234 tok/s | elapsed 0:01:02 | ETA 0:05:12\n";

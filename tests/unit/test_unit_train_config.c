@@ -139,10 +139,11 @@ static void defaults(void) {
     CHECK(c.max_samples == 1000 && c.plot_loss == 1 && c.save_steps == 500 && c.val_size == 0.1);
     CHECK(c.eval_strategy == TN_EVAL_STEPS && c.eval_steps == 500 && c.per_device_eval_batch_size == 1);
     CHECK(c.resume_from_checkpoint[0] == 0 && strcmp(c.output_dir, "saves/qwen3-4b/lora/sft") == 0);
-    /* one notice line per Python-world key, saying what tandem does instead */
+    /* one notice line per Python-world key, saying what tandem does instead (report_to: none needs none) */
     int lines = 0;
     for (const char *q = c.notices; *q; q++) lines += *q == '\n';
-    CHECKF(lines == 6, "%d notices:\n%s", lines, c.notices);
+    CHECKF(lines == 5, "%d notices:\n%s", lines, c.notices);
+    CHECK(!strstr(c.notices, "report_to") && c.report_tensorboard == 0);
     CHECK(strstr(c.notices, "trust_remote_code: ") && strstr(c.notices, "bf16: "));
     /* deepspeed is a file to read (deepspeed_config.h), kept relative to the working directory as LF does */
     CHECK(strcmp(c.deepspeed, "examples/deepspeed/ds_z3_config.json") == 0 && !strstr(c.notices, "deepspeed: "));
@@ -426,7 +427,79 @@ static void finish_and_paths(void) {
     rmdir(tl_tmpdir());
 }
 
+/* Trainer keys LLaMA-Factory users bring: handled (report_to, logging_dir, save_strategy, logging_first_step,
+ * eval_on_start) or noted in one line each (tokenized_path, export_size, export_device, infer_backend, the
+ * report_to services); pissa_init: true refused. */
+static int count_lines(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)) != NULL; p++) n++;
+    return n;
+}
+
+static void trainer_keys(void) {
+    tn_train_config c;
+    CHECK(tn_train_config_parse("model_config: x.json\nreport_to: tensorboard\n", "r.yaml", &c) == 0);
+    CHECK(tn_train_config_finish(&c) == 0 && c.report_tensorboard == 1 && c.notices[0] == 0 && c.logging_dir[0] == 0);
+    CHECK(tn_train_config_parse("model_config: x.json\nreport_to: [tensorboard, wandb, swanlab]\nlogging_dir: tb\n",
+                                "r.yaml", &c) == 0);
+    CHECKF(tn_train_config_finish(&c) == 0 && c.report_tensorboard == 1 && strcmp(c.logging_dir, "tb") == 0 &&
+               count_lines(c.notices, "\n") == 1 && strstr(c.notices, "report_to: nothing is sent to wandb, swanlab") &&
+               strstr(c.notices, "TensorBoard"),
+           "%s", c.notices);
+    CHECK(tn_train_config_parse("model_config: x.json\nreport_to: mlflow\nlogging_dir: tb\n", "r.yaml", &c) == 0);
+    CHECKF(tn_train_config_finish(&c) == 0 && c.report_tensorboard == 0 && strstr(c.notices, "nothing is sent to mlflow") &&
+               strstr(c.notices, "logging_dir: TensorBoard files are written only with report_to: tensorboard"),
+           "%s", c.notices);
+    CHECK(tn_train_config_parse("model_config: x.json\nreport_to: all\n", "r.yaml", &c) == 0);
+    CHECK(tn_train_config_finish(&c) == 0 && c.report_tensorboard == 1 && strstr(c.notices, "report_to: all: "));
+    CHECK(tn_train_config_parse("model_config: x.json\nreport_to: wandb\n", "r.yaml", &c) == 0);
+    CHECK(tn_train_config_override(&c, "report_to=none") == 0);
+    CHECK(tn_train_config_finish(&c) == 0 && c.report_tensorboard == 0 && c.notices[0] == 0);
+    CHECK(tn_train_config_parse("model_config: x.json\nreport_to: tensorbord\n", "r.yaml", &c) != 0);
+    CHECKF(strstr(tn_errmsg(), "r.yaml:2: key 'report_to': 'tensorbord' is not an integration"), "%s", tn_errmsg());
+
+    CHECK(tn_train_config_parse("model_config: x.json\n", "s.yaml", &c) == 0 && c.save_strategy == TN_SAVE_STEPS &&
+          c.logging_first_step == 0 && c.eval_on_start == 0);
+    CHECK(tn_train_config_parse("model_config: x.json\nsave_strategy: epoch\nlogging_first_step: true\n"
+                                "eval_on_start: true\n", "s.yaml", &c) == 0);
+    CHECK(c.save_strategy == TN_SAVE_EPOCH && c.logging_first_step == 1 && c.eval_on_start == 1 && c.notices[0] == 0);
+    CHECK(tn_train_config_override(&c, "save_strategy=no") == 0 && c.save_strategy == TN_SAVE_NO);
+    CHECK(tn_train_config_parse("model_config: x.json\nsave_strategy: best\n", "s.yaml", &c) != 0 &&
+          strstr(tn_errmsg(), "s.yaml:2: key 'save_strategy': 'best' is not supported yet"));
+    CHECK(tn_train_config_parse("model_config: x.json\nsave_strategy: sometimes\n", "s.yaml", &c) != 0 &&
+          strstr(tn_errmsg(), "s.yaml:2: key 'save_strategy' expects steps, epoch or no"));
+
+    CHECK(tn_train_config_parse("model_config: x.json\ntokenized_path: data/tok\nexport_size: 2\nexport_device: cpu\n"
+                                "infer_backend: vllm\npissa_init: false\n", "n.yaml", &c) == 0);
+    CHECK(tn_train_config_override(&c, "export_size=3") == 0 && c.export_size == 3);
+    CHECK(tn_train_config_finish(&c) == 0);
+    CHECKF(count_lines(c.notices, "\n") == 4 && strstr(c.notices, "tokenized_path: tandem tokenizes once") &&
+               strstr(c.notices, "export_size: only `tandem export` reads it (safetensors shards of at most 3 GB)") &&
+               !strstr(c.notices, "at most 2 GB") && strstr(c.notices, "export_device: ") &&
+               strstr(c.notices, "infer_backend: "),
+           "%s", c.notices);
+    CHECK(tn_train_config_parse("model_config: x.json\npissa_init: true\n", "p.yaml", &c) != 0 &&
+          strstr(tn_errmsg(), "p.yaml:2: key 'pissa_init': not supported yet"));
+
+    /* model folders: a Hub id gets one line saying it is not downloaded and what to pass */
+    CHECK(tn_train_config_parse("model_name_or_path: Qwen/Qwen3-4B-Instruct-2507\n", "h.yaml", &c) == 0);
+    CHECK(tn_train_config_finish(&c) == 0 && tn_train_config_check_model_paths(&c) != 0);
+    CHECKF(strcmp(tn_errmsg(), "h.yaml: key 'model_name_or_path': 'Qwen/Qwen3-4B-Instruct-2507' is not a local folder, "
+                               "and Hugging Face Hub ids are not downloaded: fetch it first (huggingface-cli download "
+                               "Qwen/Qwen3-4B-Instruct-2507 --local-dir models/Qwen3-4B-Instruct-2507) and pass "
+                               "model_name_or_path: models/Qwen3-4B-Instruct-2507") == 0,
+           "%s", tn_errmsg());
+    CHECK(tn_train_config_parse("model_config: x.json\nadapter_name_or_path: saves/x/lora/sft\n", "h.yaml", &c) == 0);
+    CHECK(tn_train_config_check_model_paths(&c) != 0 &&
+          strstr(tn_errmsg(), "key 'adapter_name_or_path': folder 'saves/x/lora/sft' does not exist"));
+    CHECK(tn_train_config_parse("model_name_or_path: /\n", "h.yaml", &c) == 0 && tn_train_config_check_model_paths(&c) == 0);
+    CHECK(tn_train_config_parse("model_name_or_path: /proc/self/status\n", "h.yaml", &c) == 0);
+    CHECK(tn_train_config_check_model_paths(&c) != 0 && strstr(tn_errmsg(), "is a file; expected"));
+    CHECK(tn_train_config_parse("model_config: x.json\n", "h.yaml", &c) == 0 && tn_train_config_check_model_paths(&c) == 0);
+}
+
 int main(void) {
+    trainer_keys();
     full_yaml();
     defaults();
     value_forms();

@@ -1,0 +1,149 @@
+/* help.c -- see help.h. */
+#include "cli/help.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#include "trainer/replica.h"
+
+typedef struct {
+    const char *name, *sub; /* sub: bench's subcommands */
+    const char *usage;      /* after "usage: tandem " */
+    const char *summary;
+    const char *options;    /* one option a line, "  --flag ARG   what it does" */
+} page;
+
+#define CONFIG_ARGS \
+    "  CONFIG.yaml     LLaMA-Factory keys (README: Training your own run)\n" \
+    "  key=value       override a key of the YAML (learning_rate=1e-4)\n"
+
+static const page PAGES[] = {
+    {"train", NULL, "train CONFIG.yaml [key=value ...]",
+     "train as the YAML says: one process, or every rank of an mpirun/srun job",
+     CONFIG_ARGS
+     "  --help, -h      this page\n"
+     "environment: OMP_NUM_THREADS (threads per rank; default: the machine's cores / its ranks),\n"
+     "  TANDEM_CACHE_DIR (tokenized data, default ~/.cache/tandem/data), TANDEM_TTY=0|1 (plain log lines or\n"
+     "  a progress bar), OMP_WAIT_POLICY / GOMP_SPINCOUNT (unset: GOMP_SPINCOUNT=1000, docs/performance.md)\n"},
+    {"launch", NULL, "launch [-n N | --hostfile FILE] [options] CONFIG.yaml [key=value ...]",
+     "the same run on N local ranks or on every host of a hostfile, through Open MPI's mpirun",
+     "  -n N, --nproc N       ranks on this machine (default: NPROC_PER_NODE, else 1)\n"
+     "  --hostfile FILE       DeepSpeed's hostfile (HOST slots=N a line): every host, started over SSH\n"
+     "  --max-restarts N      restart a failed run from the newest complete checkpoint, up to N times\n"
+     "  --drop-dead-hosts     on a restart, leave out hosts that no longer answer (the global batch is kept)\n"
+     "  --no-bind             do not pin each local rank to its own cores\n"
+     "  --dry-run             check the config and hosts, print the mpirun command, start nothing\n"
+     "  --help, -h            this page\n"
+     CONFIG_ARGS},
+    {"export", NULL, "export [CONFIG.yaml] [key=value ...]",
+     "merge adapter_name_or_path into model_name_or_path and write an HF model folder to export_dir",
+     CONFIG_ARGS
+     "  keys: model_name_or_path, adapter_name_or_path, export_dir, export_size (GB a shard, default 5)\n"
+     "  --help, -h      this page\n"},
+    {"chat", NULL, "chat CONFIG.yaml [key=value ...]",
+     "talk to model_name_or_path (+ adapter_name_or_path) through its template; \"clear\" starts over, \"exit\" leaves",
+     CONFIG_ARGS
+     "  keys: model_name_or_path, adapter_name_or_path, template, default_system, enable_thinking, do_sample,\n"
+     "        temperature, top_p, top_k, max_new_tokens (LLaMA-Factory's defaults)\n"
+     "  --help, -h      this page\n"},
+    {"generate", NULL, "generate CONFIG.yaml --prompt TEXT [key=value ...]",
+     "one answer to TEXT, through the template (the keys of chat)",
+     "  --prompt TEXT   the user's message\n"
+     CONFIG_ARGS
+     "  --help, -h      this page\n"},
+    {"init-model", NULL, "init-model CONFIG.json OUT_DIR [--tokenizer DIR] [--seed N]",
+     "a freshly initialised HF model folder (HF's initialisation), to pre-train or to try the examples",
+     "  CONFIG.json     an HF config.json (llama, qwen2, mistral)\n"
+     "  OUT_DIR         the model folder to write\n"
+     "  --tokenizer DIR copy the tokenizer files of DIR into OUT_DIR\n"
+     "  --seed N        initialisation seed (default 42)\n"
+     "  --help, -h      this page\n"},
+    {"compare", NULL, "compare A B [--max-rel-l2 X] [--quiet]",
+     "per-tensor relative L2 distance of two checkpoints (model folders, adapters or safetensors files)",
+     "  --max-rel-l2 X  fail (exit 1) when a tensor differs by more than X\n"
+     "  --quiet         only the summary line\n"
+     "  --help, -h      this page\n"},
+    {"tokenize", NULL, "tokenize TOKENIZER.json [--text S | --file P] [--no-special] [--time]\n"
+                       "       tandem tokenize TOKENIZER.json --decode [--skip-special] ID...",
+     "text -> token ids (stdin when neither --text nor --file), or ids -> text",
+     "  --text S        encode S\n"
+     "  --file P        encode the file P\n"
+     "  --no-special    no special tokens added (BOS ...)\n"
+     "  --time          print load and encode times to stderr\n"
+     "  --decode        decode the ids that follow\n"
+     "  --skip-special  leave special tokens out of decoded text\n"
+     "  --help, -h      this page\n"},
+    {"bench", "train", "bench train [--preset tiny|small] [--lora] [--steps N] [--warmup N] [--dist] [--trace] "
+                       "[--bucket-mb MB]",
+     "time training steps on random tokens; one JSON line (bench/bench_train.sh compares with PyTorch)",
+     "  --preset tiny|small  model and batch of ../shared/ref's presets (default tiny)\n"
+     "  --lora               LoRA r 8 on every projection, base frozen\n"
+     "  --steps N            timed steps (default 10 tiny, 5 small)\n"
+     "  --warmup N           untimed steps first (default 2)\n"
+     "  --dist               one rank of a data-parallel step, under mpirun\n"
+     "  --trace              with --dist: every rank prints each step's phases to stderr\n"
+     "  --bucket-mb MB       gradient all-reduce bucket size (default 4)\n"
+     "  --help, -h           this page\n"},
+    {"bench", "sgemm", "bench sgemm [--n N]", "measured fp32 sgemm peak (best of 10), one JSON line",
+     "  --n N           matrix size (default 2048)\n"
+     "  --help, -h      this page\n"},
+    {"bench", "allreduce", "bench allreduce [--min SIZE] [--max SIZE] [--iters N] [--warmup N] [--no-mpi]",
+     "under mpirun: tandem's all-reduce next to MPI_Allreduce, nccl-tests columns",
+     "  --min SIZE      smallest message (default 4K; suffixes K, M, G)\n"
+     "  --max SIZE      largest message (default 256M)\n"
+     "  --iters N       timed calls per size\n"
+     "  --warmup N      untimed calls per size\n"
+     "  --no-mpi        only tandem's path\n"
+     "  --help, -h      this page\n"},
+};
+#define N_PAGES ((int)(sizeof PAGES / sizeof PAGES[0]))
+
+static void print_page(const page *p) {
+    printf("usage: tandem %s\n\n%s\n\n%s", p->usage, p->summary, p->options);
+}
+
+void tn_cli_usage(FILE *f) {
+    fprintf(f, "usage: tandem COMMAND [ARGS]     (tandem COMMAND --help: its options)\n\ncommands:\n");
+    for (int i = 0; i < N_PAGES; i++) fprintf(f, "  tandem %s\n      %s\n", PAGES[i].usage, PAGES[i].summary);
+    fprintf(f, "  tandem help [COMMAND]    this overview, or a command's page\n"
+               "  tandem version           version and build fingerprint (also --version)\n\n"
+               "launch options: -n N (--nproc N) | --hostfile FILE, --max-restarts N, --drop-dead-hosts, --no-bind, --dry-run\n"
+               "README.md: the YAML keys, Coming from LLaMA-Factory, several machines, when something goes wrong\n");
+}
+
+int tn_cli_help(const char *command, const char *sub) {
+    const page *found = NULL;
+    for (int i = 0; i < N_PAGES && !found; i++)
+        if (strcmp(PAGES[i].name, command) == 0 && (!PAGES[i].sub || (sub && strcmp(PAGES[i].sub, sub) == 0)))
+            found = &PAGES[i];
+    if (found) {
+        print_page(found);
+        return 0;
+    }
+    if (strcmp(command, "bench") == 0) { /* bench alone: its three pages */
+        for (int i = 0; i < N_PAGES; i++)
+            if (strcmp(PAGES[i].name, "bench") == 0) {
+                print_page(&PAGES[i]);
+                printf("\n");
+            }
+        return 0;
+    }
+    if (strcmp(command, "help") == 0 || strcmp(command, "version") == 0) {
+        tn_cli_usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "tandem: error: no command '%s' (tandem --help lists them)\n", command);
+    return 1;
+}
+
+int tn_cli_version(void) {
+    uint64_t build = tn_build_fingerprint();
+    printf("tandem %s (build %016" PRIx64 ")\n", TN_VERSION, build);
+    return 0;
+}
+
+int tn_cli_wants_help(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+    return 0;
+}
