@@ -18,6 +18,7 @@ static void usage(FILE *f) {
             "       tandem generate CONFIG.yaml --prompt TEXT    one answer, through the template\n"
             "       tandem init-model CONFIG.json OUT_DIR [--tokenizer DIR]  a freshly initialised HF model folder\n"
             "       tandem compare A B [--max-rel-l2 X]          per-tensor difference of two checkpoints\n"
+            "       tandem env [--hostfile FILE]                 versions, BLAS kernel, CPU, memory of every machine\n"
             "       tandem bench sgemm [--n N]                   measured fp32 sgemm peak\n"
             "       mpirun -n N tandem bench allreduce [--min 4K] [--max 256M]   tandem's all-reduce vs MPI_Allreduce\n");
 }
@@ -36,6 +37,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "export") == 0) return tn_cmd_export(argc - 2, argv + 2);
     if (strcmp(argv[1], "launch") == 0) return tn_cmd_launch(argc - 2, argv + 2);
     if (strcmp(argv[1], "compare") == 0) return tn_cmd_compare(argc - 2, argv + 2);
-    fprintf(stderr, "tandem: error: unknown command '%s' (expected train, launch, chat, generate, export, init-model, tokenize, compare or bench; see tandem --help)\n", argv[1]);
+    if (strcmp(argv[1], "env") == 0) return tn_cmd_env(argc - 2, argv + 2);
+    fprintf(stderr, "tandem: error: unknown command '%s' (expected train, launch, chat, generate, export, init-model, tokenize, compare, env or bench; see tandem --help)\n", argv[1]);
     return 1;
 }
