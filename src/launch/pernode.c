@@ -37,9 +37,10 @@ int tn_pernode_from_env(tn_pernode *p) {
 }
 
 int tn_pernode_forced(void) {
-    const char *f = getenv("FORCE_TORCHRUN");
-    if (!f || !(strcmp(f, "1") == 0 || strcasecmp(f, "true") == 0 || strcasecmp(f, "y") == 0 || strcasecmp(f, "yes") == 0))
-        return 0;
+    const char *f = getenv("FORCE_TORCHRUN"), *nn = getenv("NNODES");
+    int forced = f && (strcmp(f, "1") == 0 || strcasecmp(f, "true") == 0 || strcasecmp(f, "y") == 0 ||
+                       strcasecmp(f, "yes") == 0);
+    int several = nn && atoi(nn) > 1; /* a job of several machines: training one of them alone would mislead */
     /* a rank of a job (the launch's own mpirun, or mpirun / srun by hand) trains; it does not launch again */
-    return !getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK") && !getenv("PMI_RANK");
+    return (forced || several) && !getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK") && !getenv("PMI_RANK");
 }

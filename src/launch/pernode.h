@@ -21,8 +21,8 @@ typedef struct {
 /* Reads the variables. Returns 1 when NNODES > 1 (a per-node launch), 0 when not, -1 + tn_err on a bad
  * value. NPROC_PER_NODE is read by the launcher itself (`-n` overrides it). */
 int tn_pernode_from_env(tn_pernode *p);
-/* `tandem train` / `tandem env` started by hand with FORCE_TORCHRUN on (1, true, y, yes), outside any MPI job:
- * they hand over to `tandem launch`, as llamafactory-cli hands over to torchrun. */
+/* `tandem train` / `tandem env` started by hand, outside any MPI job, with FORCE_TORCHRUN on (1, true, y, yes)
+ * or NNODES > 1: they hand over to `tandem launch`, as llamafactory-cli hands over to torchrun. */
 int tn_pernode_forced(void);
 
 #endif
