@@ -41,7 +41,7 @@ typedef struct {
     int drop_dead_hosts;   /* on restart, leave out hosts that no longer answer; keep the global batch */
     int cfg_argc;
     char **cfg_argv;       /* CONFIG.yaml key=value ... */
-    const char *command;   /* what every rank runs: "train" (CONFIG.yaml ...) or "env" (no arguments) */
+    const char *command;   /* what every rank runs: "train" (CONFIG.yaml ...), "env", "bench" (its arguments) */
     int pernode;           /* NNODES > 1: this machine's part of a per-node launch (launch/rendezvous.h) */
     tn_pernode pn;
 } launch_opts;
@@ -125,6 +125,10 @@ static int parse_args(int argc, char **argv, const char *command, launch_opts *o
     if (np && *np) o->n = atoi(np);
     int i = 0;
     for (; i < argc && argv[i][0] == '-'; i++) {
+        if (strcmp(argv[i], "--") == 0) { /* the command's own arguments follow */
+            i++;
+            break;
+        }
         if ((strcmp(argv[i], "-n") == 0 || strcmp(argv[i], "--nproc") == 0) && i + 1 < argc) {
             char *end;
             long n = strtol(argv[++i], &end, 10);
@@ -157,6 +161,12 @@ static int parse_args(int argc, char **argv, const char *command, launch_opts *o
     if (strcmp(command, "env") == 0) {
         if (i < argc) return tn_err("env: unexpected argument '%s'", argv[i]);
         if (o->pernode) o->n = 1; /* one report per machine */
+        return 0;
+    }
+    if (strcmp(command, "train") != 0) { /* passed through as they are */
+        o->cfg_argc = argc - i;
+        o->cfg_argv = argv + i;
+        if (!o->hostfile && o->n == 0) o->n = 1;
         return 0;
     }
     if (i >= argc) return tn_err("launch needs a config file: tandem launch [-n N | --hostfile FILE] CONFIG.yaml [key=value ...]");
@@ -433,7 +443,7 @@ int tn_launch(int argc, char **argv, const char *command) {
     static tn_train_config cfg;
     int rc = parse_args(argc, argv, command, &o);
     const int is_env = strcmp(command, "env") == 0;
-    if (rc == 0 && !is_env) rc = check_config(&o, &cfg);
+    if (rc == 0 && strcmp(command, "train") == 0) rc = check_config(&o, &cfg);
     if (rc == 0 && o.hostfile) {
         rc = tn_hostfile_load(o.hostfile, &hf);
         for (int i = 0; rc == 0 && i < hf.n; i++)

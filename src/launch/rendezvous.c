@@ -163,7 +163,16 @@ tn_rdzv *tn_rdzv_open(const tn_pernode *p, const tn_rdzv_self *me, const char *n
     }
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     set_socket_options(fd);
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 64) != 0) {
+    /* on MASTER_ADDR only, when it is an address of this machine; else (NAT, or MASTER_ADDR left unset here)
+     * on every interface, as torchrun's store */
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (p->addr_given && getaddrinfo(p->master_addr, NULL, &hints, &ai) == 0) {
+        struct sockaddr_in own = a;
+        own.sin_addr = ((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+        freeaddrinfo(ai);
+        if (bind(fd, (struct sockaddr *)&own, sizeof own) == 0) a = own;
+    }
+    if ((a.sin_addr.s_addr == htonl(INADDR_ANY) && bind(fd, (struct sockaddr *)&a, sizeof a) != 0) || listen(fd, 64) != 0) {
         tn_err("MASTER_PORT=%d: node 0 cannot listen on it: %s (another job on this port? choose another MASTER_PORT "
                "on every node)", p->master_port, strerror(errno));
         close(fd);
