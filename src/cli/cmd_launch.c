@@ -477,7 +477,13 @@ int tn_launch(int argc, char **argv, const char *command) {
     tn_rdzv *rdzv = NULL;
     char pn_net[64] = "";
     if (o.pernode) { /* this machine's part of a per-node launch: find the other machines first */
-        network_towards(o.pn.master_addr, pn_net, sizeof pn_net);
+        if (!network_towards(o.pn.master_addr, pn_net, sizeof pn_net)) { /* node 0 is this machine: stay on lo */
+            struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+            if (getaddrinfo(o.pn.master_addr, NULL, &hints, &ai) == 0) {
+                if (ntohl(((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr) >> 24 == 127) snprintf(pn_net, sizeof pn_net, "lo");
+                freeaddrinfo(ai);
+            }
+        }
         tn_rdzv_self me = {.build = tn_build_fingerprint(), .secret_fp = secret_fp, .nproc = o.n,
                            .max_restarts = o.max_restarts, .command = command};
         if (!me.build || (!o.dry_run && !(rdzv = tn_rdzv_open(&o.pn, &me, pn_net)))) {
