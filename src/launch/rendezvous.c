@@ -47,7 +47,7 @@ struct tn_rdzv {
     int stop;
     conn *nodes;                 /* node 0: index = NODE_RANK; others: nodes[0] is node 0 */
     conn pending[MAX_PENDING];   /* node 0: connected, not yet presented */
-    char (*refused)[200];        /* node 0: why each NODE_RANK was last refused ("" none) */
+    char (*refused)[320];        /* node 0: why each NODE_RANK was last refused ("" none) */
 };
 
 static void conn_close(conn *c) {
@@ -279,7 +279,7 @@ static int server_round(tn_rdzv *r, tn_rdzv_job *job) {
             char missing[512], refused[1024] = "";
             missing_list(r, missing, sizeof missing);
             for (int k = 1; k < r->p.nnodes; k++)
-                if (r->nodes[k].fd < 0 && r->refused[k][0] && strlen(refused) + 220 < sizeof refused)
+                if (r->nodes[k].fd < 0 && r->refused[k][0] && strlen(refused) + 330 < sizeof refused)
                     snprintf(refused + strlen(refused), sizeof refused - strlen(refused), "; %s", r->refused[k]);
             tn_err("rendezvous at %s:%d: NODE_RANK %s of NNODES=%d did not join within %.0f s (start the same "
                    "command there with its NODE_RANK)%s", r->p.master_addr, r->p.master_port, missing, r->p.nnodes,
