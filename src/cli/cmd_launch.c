@@ -160,7 +160,7 @@ static int parse_args(int argc, char **argv, const char *command, launch_opts *o
                       "a smaller NNODES");
     if (strcmp(command, "env") == 0) {
         if (i < argc) return tn_err("env: unexpected argument '%s'", argv[i]);
-        if (o->pernode) o->n = 1; /* one report per machine */
+        o->n = o->hostfile && !o->pernode ? 0 : 1; /* one report per machine */
         return 0;
     }
     if (strcmp(command, "train") != 0) { /* passed through as they are */
@@ -485,7 +485,7 @@ int tn_launch(int argc, char **argv, const char *command) {
             }
         }
         tn_rdzv_self me = {.build = tn_build_fingerprint(), .secret_fp = secret_fp, .nproc = o.n,
-                           .max_restarts = o.max_restarts, .command = command};
+                           .max_restarts = o.max_restarts, .command = command, .interrupted = &interrupted};
         if (!me.build || (!o.dry_run && !(rdzv = tn_rdzv_open(&o.pn, &me, pn_net)))) {
             fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
             return 1;

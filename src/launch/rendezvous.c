@@ -35,6 +35,9 @@ typedef struct {
     int done, status, interrupted;
 } conn;
 
+/* The launcher was told to stop (Ctrl-C, kill) while waiting for the other nodes. */
+#define STOPPED(r) ((r)->me.interrupted && *(r)->me.interrupted)
+
 struct tn_rdzv {
     tn_pernode p;
     tn_rdzv_self me;
@@ -111,15 +114,17 @@ static int conn_send(conn *c, const char *fmt, ...) {
     return 0;
 }
 
-/* Waits for the next line until `deadline`: 1 line, 0 timed out, -1 connection gone. */
+/* Waits for the next line until `deadline`: 1 line, 0 timed out (or interrupted: Ctrl-C reaches the
+ * launcher's handler), -1 connection gone. */
 static int conn_wait_line(conn *c, char *line, size_t n, double deadline) {
     for (;;) {
         if (conn_line(c, line, n)) return 1;
         double left = deadline - tn_now();
         if (left <= 0) return 0;
         struct pollfd pf = {.fd = c->fd, .events = POLLIN};
-        int ms = left > 0.5 ? 500 : (int)(left * 1000) + 1;
-        if (poll(&pf, 1, ms) > 0 && conn_recv(c) != 0 && !memchr(c->in, '\n', c->used)) return -1;
+        int ms = left > 0.5 ? 500 : (int)(left * 1000) + 1, got = poll(&pf, 1, ms);
+        if (got < 0 && errno == EINTR) return 0;
+        if (got > 0 && conn_recv(c) != 0 && !memchr(c->in, '\n', c->used)) return -1;
     }
 }
 
@@ -275,6 +280,14 @@ static int server_round(tn_rdzv *r, tn_rdzv_job *job) {
     fflush(stdout);
     char line[4096], why[400];
     while (joined < need) {
+        if (STOPPED(r)) {
+            tn_err("interrupted while node 0 waited for NODE_RANK 1..%d", r->p.nnodes - 1);
+            for (int k = 1; k < r->p.nnodes; k++) {
+                conn_send(&r->nodes[k], "abort node 0 was interrupted\n");
+                conn_close(&r->nodes[k]);
+            }
+            return -1;
+        }
         if (tn_now() > deadline) {
             char missing[512], refused[1024] = "";
             missing_list(r, missing, sizeof missing);
@@ -410,7 +423,7 @@ static int dial(const tn_rdzv *r, double deadline) {
     char port[16], last[200] = "no answer";
     snprintf(port, sizeof port, "%d", r->p.master_port);
     int said = 0;
-    while (tn_now() < deadline) {
+    while (tn_now() < deadline && !STOPPED(r)) {
         struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
         int gai = getaddrinfo(r->p.master_addr, port, &hints, &ai);
         if (gai == 0) {
@@ -445,6 +458,7 @@ static int dial(const tn_rdzv *r, double deadline) {
         }
         nanosleep(&(struct timespec){0, 300000000}, NULL);
     }
+    if (STOPPED(r)) return tn_err("interrupted while waiting for node 0 at %s:%d", r->p.master_addr, r->p.master_port);
     return tn_err("node 0 at %s:%d did not answer within %.0f s (%s): start it with NODE_RANK=0%s", r->p.master_addr,
                   r->p.master_port, r->p.timeout_s, last,
                   r->p.addr_given ? "" : "; MASTER_ADDR is not set here, so only this machine was tried");
@@ -462,7 +476,10 @@ static int client_round(tn_rdzv *r, tn_rdzv_job *job) {
         return tn_err("%s: the connection failed", where);
     /* node 0 may wait its whole timeout for the others; a little more, then this node gives up too */
     double deadline = tn_now() + r->p.timeout_s + 30;
-    int got = conn_wait_line(c, line, sizeof line, deadline);
+    int got;
+    while ((got = conn_wait_line(c, line, sizeof line, deadline)) == 0 && tn_now() < deadline && !STOPPED(r)) {
+    }
+    if (got != 1 && STOPPED(r)) return tn_err("interrupted while waiting for node 0 to start the job");
     if (got == 1 && strncmp(line, "refused ", 8) == 0)
         return tn_err("%s refused this node (NODE_RANK=%d on %s): %s", where, r->p.node_rank, r->host, line + 8);
     if (got == 1 && strncmp(line, "abort ", 6) == 0) return tn_err("%s gave up: %s", where, line + 6);
@@ -559,16 +576,19 @@ int tn_rdzv_finish(tn_rdzv *r, int status, int interrupted, int *restart) {
     } else {
         conn *c = &r->nodes[0];
         char line[4096];
-        double deadline = tn_now() + 2 * FINISH_TIMEOUT_S;
+        /* node 0's rank 0 ends last (final evaluation, saving): wait as long as node 0's launcher is there */
+        double deadline = tn_now() + 7 * 86400.0;
         int s = -1, again = 0;
         if (conn_send(c, "done status=%d interrupted=%d\n", status, interrupted) == 0) {
-            while (conn_wait_line(c, line, sizeof line, deadline) == 1) { /* "stop" lines may come first */
-                if (sscanf(line, "result status=%d restart=%d", &s, &again) == 2) break;
-                s = -1;
+            for (int got; (got = conn_wait_line(c, line, sizeof line, deadline)) != -1;) {
+                if (got == 0 && (STOPPED(r) || tn_now() >= deadline)) break;
+                if (got == 1 && sscanf(line, "result status=%d restart=%d", &s, &again) == 2) break;
+                s = -1; /* "stop" lines may come first */
             }
         }
         if (s < 0) {
-            fprintf(stderr, "tandem launch: node 0 did not report how the job ended; no restart\n");
+            fprintf(stderr, "tandem launch: %s; no restart\n",
+                    STOPPED(r) ? "interrupted while waiting for node 0's outcome" : "node 0 did not report how the job ended");
             job_status = status ? status : 1;
         } else {
             job_status = s;

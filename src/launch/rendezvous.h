@@ -23,6 +23,7 @@
 #ifndef TN_RENDEZVOUS_H
 #define TN_RENDEZVOUS_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "launch/pernode.h"
@@ -35,7 +36,8 @@ typedef struct {
     uint64_t secret_fp; /* hash of the TANDEM_JOB_SECRET the user set; 0 when none */
     int nproc;          /* ranks on this machine */
     int max_restarts;
-    const char *command; /* "train" or "env" */
+    const char *command; /* "train", "env" or "bench" */
+    const volatile sig_atomic_t *interrupted; /* the launcher's Ctrl-C / kill flag: waiting stops when set */
 } tn_rdzv_self;
 
 typedef struct {
