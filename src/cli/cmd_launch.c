@@ -6,7 +6,10 @@
  * or hang: the config (parsed here, one error line), every host of the hostfile (resolves, answers the
  * agent within a timeout), and the rank count. Threads: each local worker gets cores / workers threads and
  * is pinned to its own cores; on a hostfile run every rank divides its machine's cores by the ranks there
- * (cmd_train.c). The mpirun command line is printed first, so it can be rerun or adapted by hand. */
+ * (cmd_train.c). The mpirun command line is printed first, so it can be rerun or adapted by hand.
+ * With NNODES > 1 (launch/pernode.h) it is one machine's part of a torchrun-style launch: it meets the other
+ * machines' launchers (launch/rendezvous.h), runs this machine's ranks as a one-machine launch pointed at
+ * node 0's ompi-server, and stops and restarts together with the others. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
