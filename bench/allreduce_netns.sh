@@ -4,8 +4,13 @@
 # tbf on both ends). One invocation: build the link, measure one TCP stream over it (iperf3, receiver
 # goodput), run `tandem bench allreduce` with 1 rank per machine and with 2 per machine (hierarchical
 # path), print both tables and the ratios to the TCP stream for sizes >= 1 MB, remove the namespaces.
+# The ranks are started the two ways tandem launches across machines: one mpirun with a hostfile from
+# machine 0 (what `tandem launch --hostfile` runs), and the per-node launch (`NNODES=2 NODE_RANK=i
+# MASTER_ADDR=... tandem bench allreduce` typed on each machine: node 0's ompi-server joins the two local
+# jobs, src/comm/comm_join.c).
 #
 #   bench/allreduce_netns.sh [--rate 100mbit] [--min 4K] [--max 64M] [--iters 3] [--warmup 1]
+#                            [--launch hostfile,pernode]
 #
 # Needs root (network namespaces). TANDEM_BIN selects the binary (default build/tandem). At 100 Mbit/s the
 # defaults take about 5 minutes; --max 256M (the full nccl-tests range) about 25.
@@ -16,7 +21,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${TANDEM_BIN:-$ROOT/build/tandem}
 NETNS=$ROOT/scripts/netns/netns.sh
 export TANDEM_NETNS=${TANDEM_NETNS:-tandembench}
-rate=100mbit min=4K max=64M iters=3 warmup=1
+rate=100mbit min=4K max=64M iters=3 warmup=1 launch=hostfile,pernode
 while [ $# -gt 0 ]; do
   case $1 in
     --rate) rate=$2; shift 2 ;;
@@ -24,6 +29,7 @@ while [ $# -gt 0 ]; do
     --max) max=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
+    --launch) launch=$2; shift 2 ;;
     *) echo "allreduce_netns.sh: unknown option '$1'" >&2; exit 1 ;;
   esac
 done
@@ -50,15 +56,8 @@ tcp_mbit=$(awk '/receiver/ { for (i = 1; i < NF; i++) if ($(i + 1) == "Mbits/sec
 tcp_gbs=$(awk -v m="$tcp_mbit" 'BEGIN { printf "%.5f", m / 8000 }')
 echo "# one TCP stream (iperf3, 10 s, receiver): $tcp_mbit Mbit/s = $tcp_gbs GB/s"
 
-# run_case LABEL MPIRUN-ARGS : bench table + ratios to the TCP stream
-run_case() {
-  label=$1
-  shift
-  echo
-  echo "## $label"
-  # shellcheck disable=SC2086
-  "$NETNS" mpirun "$@" "$BIN" bench allreduce --min "$min" --max "$max" --iters "$iters" --warmup "$warmup" \
-    >"$T/table.txt"
+# ratios: the table in $T/table.txt, ratios to the TCP stream
+ratios() {
   cat "$T/table.txt"
   awk -v tcp="$tcp_gbs" '
     BEGIN { printf "# ratios to the TCP stream (sizes >= 1 MB)\n#  %10s | %12s %12s | %12s %12s\n", "size(B)",
@@ -71,5 +70,39 @@ run_case() {
   ' "$T/table.txt"
 }
 
-run_case "1 rank per machine (2 ranks: pipelined ring between the machines)" -n 2 --map-by node
-run_case "2 ranks per machine (4 ranks: shared memory inside, ring between the machines)" -n 4 --map-by ppr:2:node
+# run_case LABEL MPIRUN-ARGS : one mpirun with the kit's hostfile, from machine 0
+run_case() {
+  label=$1
+  shift
+  echo
+  echo "## $label"
+  # shellcheck disable=SC2086
+  "$NETNS" mpirun "$@" "$BIN" bench allreduce --min "$min" --max "$max" --iters "$iters" --warmup "$warmup" \
+    >"$T/table.txt"
+  ratios
+}
+
+# run_pernode LABEL NPROC_PER_NODE : the same command typed on each machine (node 0 prints the table)
+run_pernode() {
+  echo
+  echo "## $1"
+  set -- NNODES=2 MASTER_ADDR=10.77.0.1 MASTER_PORT=29500 NPROC_PER_NODE="$2" TANDEM_NETNS="$TANDEM_NETNS" \
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  for node in 1 0; do
+    "$NETNS" exec $node env "$@" NODE_RANK=$node "$BIN" bench allreduce --min "$min" --max "$max" --iters "$iters" \
+      --warmup "$warmup" >"$T/pernode$node.txt" 2>&1 &
+  done
+  wait
+  grep "^tandem launch: mpirun" "$T/pernode0.txt" | sed 's/^/# /'
+  grep -v "^tandem launch" "$T/pernode0.txt" >"$T/table.txt"
+}
+
+case $launch in *hostfile*)
+  run_case "hostfile launch, 1 rank per machine (2 ranks: pipelined ring between the machines)" -n 2 --map-by node
+  run_case "hostfile launch, 2 ranks per machine (4 ranks: shared memory inside, ring between the machines)" \
+    -n 4 --map-by ppr:2:node ;;
+esac
+case $launch in *pernode*)
+  run_pernode "per-node launch, 1 rank per machine" 1 && ratios
+  run_pernode "per-node launch, 2 ranks per machine" 2 && ratios ;;
+esac

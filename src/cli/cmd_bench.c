@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "comm/comm.h"
 #include "core/core.h"
+#include "launch/pernode.h"
 #include "trainer/grad_sync.h"
 #include "model/model.h"
 #include "trainer/optimizer.h"
@@ -192,6 +193,14 @@ static int bench_sgemm(int argc, char **argv) {
 
 int tn_cmd_bench(int argc, char **argv) {
     int rc;
+    if (argc >= 1 && strcmp(argv[0], "allreduce") == 0 && tn_pernode_forced()) { /* per-node launch, as train */
+        char **args = tn_xcalloc((size_t)argc + 2, sizeof *args);
+        args[0] = "--";
+        memcpy(args + 1, argv, (size_t)argc * sizeof *argv);
+        int rc = tn_launch(argc + 1, args, "bench");
+        free(args);
+        return rc;
+    }
     if (argc >= 1 && strcmp(argv[0], "allreduce") == 0) return tn_cmd_bench_allreduce(argc - 1, argv + 1);
     if (argc >= 1 && strcmp(argv[0], "train") == 0) rc = bench_train(argc - 1, argv + 1);
     else if (argc >= 1 && strcmp(argv[0], "sgemm") == 0) rc = bench_sgemm(argc - 1, argv + 1);

@@ -6,7 +6,10 @@
  * or hang: the config (parsed here, one error line), every host of the hostfile (resolves, answers the
  * agent within a timeout), and the rank count. Threads: each local worker gets cores / workers threads and
  * is pinned to its own cores; on a hostfile run every rank divides its machine's cores by the ranks there
- * (cmd_train.c). The mpirun command line is printed first, so it can be rerun or adapted by hand. */
+ * (cmd_train.c). The mpirun command line is printed first, so it can be rerun or adapted by hand.
+ * With NNODES > 1 (launch/pernode.h) it is one machine's part of a torchrun-style launch: it meets the other
+ * machines' launchers (launch/rendezvous.h), runs this machine's ranks as a one-machine launch pointed at
+ * node 0's ompi-server, and stops and restarts together with the others. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -26,10 +29,13 @@
 #include "config/train_config.h"
 #include "core/core.h"
 #include "launch/hostfile.h"
+#include "launch/pernode.h"
 #include "launch/proc_identity.h"
 #include "launch/reaper.h"
+#include "launch/rendezvous.h"
 #include "outputs/output_lock.h"
 #include "trainer/checkpoint.h"
+#include "trainer/replica.h"
 
 #define HOST_CHECK_TIMEOUT_S 15
 
@@ -41,6 +47,9 @@ typedef struct {
     int drop_dead_hosts;   /* on restart, leave out hosts that no longer answer; keep the global batch */
     int cfg_argc;
     char **cfg_argv;       /* CONFIG.yaml key=value ... */
+    const char *command;   /* what every rank runs: "train" (CONFIG.yaml ...), "env", "bench" (its arguments) */
+    int pernode;           /* NNODES > 1: this machine's part of a per-node launch (launch/rendezvous.h) */
+    tn_pernode pn;
 } launch_opts;
 
 static int is_local_host(const char *h) {
@@ -114,12 +123,18 @@ static int check_host_reachable(const tn_hostfile *hf, const tn_host *h) {
     return 0;
 }
 
-static int parse_args(int argc, char **argv, launch_opts *o) {
+static int parse_args(int argc, char **argv, const char *command, launch_opts *o) {
     memset(o, 0, sizeof *o);
+    o->command = command;
+    if ((o->pernode = tn_pernode_from_env(&o->pn)) < 0) return -1;
     const char *np = getenv("NPROC_PER_NODE"); /* LLaMA-Factory / torchrun's variable */
     if (np && *np) o->n = atoi(np);
     int i = 0;
     for (; i < argc && argv[i][0] == '-'; i++) {
+        if (strcmp(argv[i], "--") == 0) { /* the command's own arguments follow */
+            i++;
+            break;
+        }
         if ((strcmp(argv[i], "-n") == 0 || strcmp(argv[i], "--nproc") == 0) && i + 1 < argc) {
             char *end;
             long n = strtol(argv[++i], &end, 10);
@@ -142,6 +157,23 @@ static int parse_args(int argc, char **argv, launch_opts *o) {
             return tn_err("launch: unknown option '%s' (expected -n N, --hostfile FILE, --max-restarts N, "
                           "--drop-dead-hosts, --no-bind, --dry-run)", argv[i]);
         }
+    }
+    if (o->pernode && o->hostfile)
+        return tn_err("launch: NNODES=%d (a per-node launch) and --hostfile exclude each other: unset NNODES, or start "
+                      "the command on every machine without --hostfile", o->pn.nnodes);
+    if (o->pernode && o->drop_dead_hosts)
+        return tn_err("launch: --drop-dead-hosts needs --hostfile; in a per-node launch, restart the remaining nodes with "
+                      "a smaller NNODES");
+    if (strcmp(command, "env") == 0) {
+        if (i < argc) return tn_err("env: unexpected argument '%s'", argv[i]);
+        o->n = o->hostfile && !o->pernode ? 0 : 1; /* one report per machine */
+        return 0;
+    }
+    if (strcmp(command, "train") != 0) { /* passed through as they are */
+        o->cfg_argc = argc - i;
+        o->cfg_argv = argv + i;
+        if (!o->hostfile && o->n == 0) o->n = 1;
+        return 0;
     }
     if (i >= argc) return tn_err("launch needs a config file: tandem launch [-n N | --hostfile FILE] CONFIG.yaml [key=value ...]");
     o->cfg_argc = argc - i;
@@ -202,8 +234,21 @@ static int network_towards(const char *host, char *cidr, size_t n) {
 
 /* mpirun's command line for `ranks` ranks (on hostfile when given), then `tandem train CONFIG overrides...`
  * and the extra overrides. */
+/* Limits Open MPI's TCP (ranks and daemons) to the network `net`, unless the user chose otherwise. */
+static void push_network(const char *net, char ***v, int *n, int *cap) {
+    const char *keys[2] = {"btl_tcp_if_include", "oob_tcp_if_include"};
+    for (int k = 0; k < 2 && net && *net; k++) {
+        char env[64];
+        snprintf(env, sizeof env, "OMPI_MCA_%s", keys[k]);
+        if (getenv(env)) continue; /* the user's choice wins */
+        push(v, n, cap, "--mca");
+        push(v, n, cap, keys[k]);
+        push(v, n, cap, net);
+    }
+}
+
 static void build_command(const launch_opts *o, const char *hostfile, const char *net, int ranks, const char *exe,
-                          char **extra, int n_extra, char ***v, int *n) {
+                          const tn_rdzv_job *job, char **extra, int n_extra, char ***v, int *n) {
     char num[64];
     int cap = 0;
     *v = NULL, *n = 0;
@@ -218,23 +263,30 @@ static void build_command(const launch_opts *o, const char *hostfile, const char
         push(v, n, &cap, hostfile);
         push(v, n, &cap, "--bind-to");
         push(v, n, &cap, "none");
-        const char *keys[2] = {"btl_tcp_if_include", "oob_tcp_if_include"};
-        for (int k = 0; k < 2 && net && *net; k++) {
-            char env[64];
-            snprintf(env, sizeof env, "OMPI_MCA_%s", keys[k]);
-            if (getenv(env)) continue; /* the user's choice wins */
-            push(v, n, &cap, "--mca");
-            push(v, n, &cap, keys[k]);
-            push(v, n, &cap, net);
+        if (strcmp(o->command, "env") == 0) { /* one report per machine */
+            push(v, n, &cap, "--map-by");
+            push(v, n, &cap, "ppr:1:node");
         }
-    } else {
-        /* one machine: ranks talk through shared memory, and nothing listens beyond the loopback device */
+        push_network(net, v, n, &cap);
+    } else if (job) {
+        /* this machine's ranks of a per-node launch: they join the other machines' through node 0's ompi-server */
+        push(v, n, &cap, "--ompi-server");
+        push(v, n, &cap, job->uri);
         if (!getenv("OMPI_MCA_btl")) {
+            push(v, n, &cap, "--mca");
+            push(v, n, &cap, "btl");
+            push(v, n, &cap, "tcp,self,vader");
+        }
+        push_network(net, v, n, &cap);
+    }
+    if (!hostfile) {
+        /* one machine: ranks talk through shared memory, and nothing listens beyond the loopback device */
+        if (!job && !getenv("OMPI_MCA_btl")) {
             push(v, n, &cap, "--mca");
             push(v, n, &cap, "btl");
             push(v, n, &cap, "self,vader");
         }
-        if (!getenv("OMPI_MCA_oob_tcp_if_include")) {
+        if (!job && !getenv("OMPI_MCA_oob_tcp_if_include")) {
             push(v, n, &cap, "--mca");
             push(v, n, &cap, "oob_tcp_if_include");
             push(v, n, &cap, "lo");
@@ -277,7 +329,7 @@ static void build_command(const launch_opts *o, const char *hostfile, const char
             push(v, n, &cap, name);
         }
     push(v, n, &cap, exe);
-    push(v, n, &cap, "train");
+    push(v, n, &cap, o->command);
     for (int i = 0; i < o->cfg_argc; i++) push(v, n, &cap, o->cfg_argv[i]);
     for (int i = 0; i < n_extra; i++) push(v, n, &cap, extra[i]);
 }
@@ -298,7 +350,9 @@ static void forward_signal(int sig) { /* Ctrl-C / kill reach the job, and end th
     if (child_pgid > 0) kill(-child_pgid, sig), kill(-child_pgid, SIGCONT);
 }
 
-static int run_child(char **argv) {
+/* stop(arg), when given, is asked every 200 ms whether the job must end (a per-node launch's other machine
+ * failed): then mpirun gets SIGTERM and, like after an error line, ABORT_GRACE_S before SIGKILL. */
+static int run_child(char **argv, int (*stop)(void *), void *arg) {
     int errp[2];
     if (pipe(errp) != 0) {
         fprintf(stderr, "tandem: error: pipe: %s\n", strerror(errno));
@@ -352,6 +406,11 @@ static int run_child(char **argv) {
         } else if (!open_pipe) {
             nanosleep(&(struct timespec){0, 200000000L}, NULL);
         }
+        if (stop && stop(arg)) {
+            if (!fatal_at) kill(-pid, SIGTERM);
+            if (!fatal_at) fatal_at = tn_now();
+            stop = NULL;
+        }
         if (fatal_at && tn_now() - fatal_at > ABORT_GRACE_S) {
             fprintf(stderr, "tandem launch: mpirun has not ended %d s after the error above: stopping it\n", ABORT_GRACE_S);
             kill(-pid, SIGKILL);
@@ -404,12 +463,15 @@ static int write_live_hostfile(const tn_hostfile *hf, const char *path) {
     return fclose(f) == 0 ? slots : 0;
 }
 
-int tn_cmd_launch(int argc, char **argv) {
+int tn_cmd_launch(int argc, char **argv) { return tn_launch(argc, argv, "train"); }
+
+int tn_launch(int argc, char **argv, const char *command) {
     launch_opts o;
     tn_hostfile hf = {0};
     static tn_train_config cfg;
-    int rc = parse_args(argc, argv, &o);
-    if (rc == 0) rc = check_config(&o, &cfg);
+    int rc = parse_args(argc, argv, command, &o);
+    const int is_env = strcmp(command, "env") == 0;
+    if (rc == 0 && strcmp(command, "train") == 0) rc = check_config(&o, &cfg);
     if (rc == 0 && o.hostfile) {
         rc = tn_hostfile_load(o.hostfile, &hf);
         for (int i = 0; rc == 0 && i < hf.n; i++)
@@ -425,6 +487,8 @@ int tn_cmd_launch(int argc, char **argv) {
     }
     exe[len] = '\0';
     setenv("TANDEM_TTY", isatty(fileno(stdout)) ? "1" : "0", 1); /* progress bar or plain lines (job.c) */
+    const char *user_secret = getenv("TANDEM_JOB_SECRET");
+    const uint64_t secret_fp = user_secret ? tn_hash64(user_secret, strlen(user_secret), 0x5EC12E8) | 1 : 0;
     if (!getenv("TANDEM_JOB_SECRET")) { /* who may join: every rank must present this job's secret */
         unsigned char rnd[16];
         char hex[33];
@@ -451,7 +515,27 @@ int tn_cmd_launch(int argc, char **argv) {
         }
         tn_reaper_become();
     }
-    const int ranks0 = o.n ? o.n : hf.total_slots;
+    tn_rdzv *rdzv = NULL;
+    char pn_net[64] = "";
+    if (o.pernode) { /* this machine's part of a per-node launch: find the other machines first */
+        if (!network_towards(o.pn.master_addr, pn_net, sizeof pn_net)) { /* node 0 is this machine: stay on lo */
+            struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+            if (getaddrinfo(o.pn.master_addr, NULL, &hints, &ai) == 0) {
+                if (ntohl(((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr) >> 24 == 127) snprintf(pn_net, sizeof pn_net, "lo");
+                freeaddrinfo(ai);
+            }
+        }
+        tn_rdzv_self me = {.build = tn_build_fingerprint(), .secret_fp = secret_fp, .nproc = o.n,
+                           .max_restarts = o.max_restarts, .command = command, .interrupted = &interrupted};
+        if (!me.build || (!o.dry_run && !(rdzv = tn_rdzv_open(&o.pn, &me, pn_net)))) {
+            fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
+            return 1;
+        }
+        char secs[32];
+        snprintf(secs, sizeof secs, "%.0f", o.pn.timeout_s);
+        setenv("TANDEM_JOIN_TIMEOUT", secs, 1);
+    }
+    const int ranks0 = o.n ? o.n : is_env ? hf.n : hf.total_slots;
     const int64_t global = (int64_t)ranks0 * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps;
     int ranks = ranks0;
     char live_hostfile[64] = "";
@@ -460,7 +544,8 @@ int tn_cmd_launch(int argc, char **argv) {
             rc = report_interrupt();
             break;
         }
-        char resume[TN_PATH_MAX + 64], extra[3][TN_PATH_MAX + 96], *xp[3] = {extra[0], extra[1], extra[2]};
+        char resume[TN_PATH_MAX + 64], extra[TN_RDZV_MAX_EXTRA][TN_RDZV_ARG_MAX];
+        char *xp[TN_RDZV_MAX_EXTRA] = {extra[0], extra[1], extra[2], extra[3]};
         int n_extra = 0;
         /* a restart resumes from the newest complete checkpoint, whatever overwrite_output_dir says */
         if (attempt && tn_checkpoint_latest(cfg.output_dir, resume, sizeof resume))
@@ -473,12 +558,35 @@ int tn_cmd_launch(int argc, char **argv) {
             printf("tandem launch: continuing on %d rank(s): %d x %d x %d keeps the global batch of %lld\n", ranks,
                    ranks, micro, accum, (long long)global);
         }
+        static tn_rdzv_job job; /* a per-node launch: this round, as node 0 hands it out */
+        if (o.pernode && !rdzv) { /* --dry-run: what would run once the nodes have met */
+            snprintf(job.uri, sizeof job.uri, "<node 0's ompi-server>");
+        } else if (rdzv) {
+            job.n_extra = n_extra;
+            memcpy(job.extra, extra, sizeof extra);
+            if (tn_rdzv_round(rdzv, &job) != 0) {
+                fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
+                rc = 1;
+                break;
+            }
+            n_extra = job.n_extra; /* node 0's choice, the same on every node (the config fingerprint covers it) */
+            memcpy(extra, job.extra, sizeof extra);
+            char num[32];
+            if (job.secret[0]) setenv("TANDEM_JOB_SECRET", job.secret, 1);
+            setenv("TANDEM_JOIN_SERVICE", job.service, 1);
+            snprintf(num, sizeof num, "%d", o.pn.node_rank);
+            setenv("TANDEM_JOIN_NODE", num, 1);
+            snprintf(num, sizeof num, "%d", job.world);
+            setenv("TANDEM_JOIN_WORLD", num, 1);
+        }
         char **v;
         int n;
         char net[64] = "";
         for (int i = 0; o.hostfile && i < hf.n && !net[0]; i++)
             if (!is_local_host(hf.hosts[i].name)) network_towards(hf.hosts[i].name, net, sizeof net);
-        build_command(&o, live_hostfile[0] ? live_hostfile : o.hostfile, net, ranks, exe, xp, n_extra, &v, &n);
+        if (o.pernode) snprintf(net, sizeof net, "%s", pn_net);
+        build_command(&o, live_hostfile[0] ? live_hostfile : o.hostfile, net, ranks, exe, o.pernode ? &job : NULL, xp,
+                      n_extra, &v, &n);
         printf("tandem launch:");
         for (int i = 0; i < n; i++) printf(" %s", v[i]);
         printf("\n");
@@ -487,14 +595,15 @@ int tn_cmd_launch(int argc, char **argv) {
             free_argv(v, n);
             break;
         }
-        int status = run_child(v);
+        int status = run_child(v, rdzv ? tn_rdzv_poll : NULL, rdzv), restart = 0;
         free_argv(v, n);
+        if (rdzv) status = tn_rdzv_finish(rdzv, status, interrupted, &restart); /* every node's outcome */
         if (status == 0) break;
         if (interrupted) { /* not a failure of the run: no restart, and said as what it is */
             rc = report_interrupt();
             break;
         }
-        if (attempt >= o.max_restarts) {
+        if (rdzv ? !restart : attempt >= o.max_restarts) {
             if (o.max_restarts)
                 fprintf(stderr, "tandem: error: the run failed (exit %d) and its %d restart(s) are used up\n", status,
                         o.max_restarts);
@@ -523,5 +632,6 @@ int tn_cmd_launch(int argc, char **argv) {
     if (live_hostfile[0]) unlink(live_hostfile);
     tn_output_lock_release(lock);
     tn_hostfile_free(&hf);
+    tn_rdzv_close(rdzv);
     return rc;
 }

@@ -11,6 +11,7 @@
 #include "config/deepspeed_config.h"
 #include "config/train_config.h"
 #include "core/core.h"
+#include "launch/pernode.h"
 #include "launch/rank_watch.h"
 #include "trainer/job.h"
 #include "trainer/replica.h"
@@ -79,6 +80,7 @@ int tn_cmd_train(int argc, char **argv) {
         fprintf(stderr, "tandem: error: train needs a config file: tandem train CONFIG.yaml [key=value ...]\n");
         return 1;
     }
+    if (tn_pernode_forced()) return tn_launch(argc, argv, "train"); /* FORCE_TORCHRUN: as llamafactory-cli does */
     tn_rank_watch_start(); /* a rank whose launcher or mpirun dies stops by itself (before MPI: its parent) */
     tn_comm *comm = tn_comm_init(NULL, NULL);
     if (!comm) {

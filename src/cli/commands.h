@@ -8,6 +8,9 @@ int tn_cmd_bench_allreduce(int argc, char **argv); /* `tandem bench allreduce` *
 int tn_cmd_tokenize(int argc, char **argv);
 int tn_cmd_compare(int argc, char **argv);
 int tn_cmd_launch(int argc, char **argv);
+/* `tandem launch` running `tandem COMMAND` on every rank: "train" (CONFIG.yaml ...) or "env" (one rank per machine). */
+int tn_launch(int argc, char **argv, const char *command);
+int tn_cmd_env(int argc, char **argv);
 int tn_cmd_export(int argc, char **argv);
 int tn_cmd_init_model(int argc, char **argv);
 int tn_cmd_chat(int argc, char **argv);

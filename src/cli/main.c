@@ -43,7 +43,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "export") == 0) return tn_cmd_export(argc - 2, argv + 2);
     if (strcmp(cmd, "launch") == 0) return tn_cmd_launch(argc - 2, argv + 2);
     if (strcmp(cmd, "compare") == 0) return tn_cmd_compare(argc - 2, argv + 2);
+    if (strcmp(cmd, "env") == 0) return tn_cmd_env(argc - 2, argv + 2);
     fprintf(stderr, "tandem: error: unknown command '%s' (expected train, launch, chat, generate, export, init-model, "
-                    "tokenize, compare, bench, help or version; see tandem --help)\n", cmd);
+                    "tokenize, compare, env, bench, help or version; see tandem --help)\n", cmd);
     return 1;
 }

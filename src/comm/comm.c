@@ -192,10 +192,7 @@ tn_comm *tn_comm_init(int *argc, char ***argv) {
     c->mpi_owned = !inited;
     c->world = c->local = c->leaders = c->ring = c->rail = c->wd_comm = MPI_COMM_NULL;
     c->tune.poll_max_us = 1000;
-    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->world)) != MPI_SUCCESS) {
-        tn_comm_mpi_err(rc, "MPI_Comm_dup");
-        goto fail;
-    }
+    if (tn_comm_join_world(&c->world) != 0) goto fail; /* MPI_COMM_WORLD, or the joined nodes (comm_join.c) */
     MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN); /* inherited by the communicators split off it */
     MPI_Comm_rank(c->world, &c->info.rank);
     MPI_Comm_size(c->world, &c->info.size);

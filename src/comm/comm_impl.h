@@ -40,7 +40,7 @@ typedef struct tn_shm tn_shm;   /* comm_shm.c */
 struct tn_comm {
     tn_comm_info info;
     char (*hosts)[64];           /* hostname of every rank */
-    MPI_Comm world;              /* dup of MPI_COMM_WORLD: small collectives from the caller's thread */
+    MPI_Comm world;              /* dup of MPI_COMM_WORLD (or the joined nodes): small collectives, caller's thread */
     MPI_Comm local;              /* ranks of this machine, by world rank */
     MPI_Comm leaders;            /* local rank 0 of every machine, by node index; MPI_COMM_NULL elsewhere */
     MPI_Comm ring;               /* all ranks, machine by machine (reduce-scatter / all-gather) */
@@ -143,6 +143,10 @@ void tn_watchdog_answer(tn_comm *c);
 /* Call while waiting: after peer_timeout without progress since *stalled_since, finds and names the ranks
  * that do not answer (or are hung) and aborts the job; when all answer, resets *stalled_since. */
 void tn_watchdog_check(tn_comm *c, double *stalled_since, const char *what);
+
+/* comm_join.c -- *world = a dup of MPI_COMM_WORLD, or, under the per-node launch ($TANDEM_JOIN_SERVICE), the
+ * world joined from every node's local job. 0 or -1 + tn_err. */
+int tn_comm_join_world(MPI_Comm *world);
 
 /* comm_mpi.c */
 tn_comm_op *tn_comm_op_new(tn_comm *c);
