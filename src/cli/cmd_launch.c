@@ -28,6 +28,7 @@
 #include "cli/commands.h"
 #include "config/train_config.h"
 #include "core/core.h"
+#include "launch/accelerate_config.h"
 #include "launch/hostfile.h"
 #include "launch/pernode.h"
 #include "launch/proc_identity.h"
@@ -50,6 +51,8 @@ typedef struct {
     const char *command;   /* what every rank runs: "train" (CONFIG.yaml ...), "env", "bench" (its arguments) */
     int pernode;           /* NNODES > 1: this machine's part of a per-node launch (launch/rendezvous.h) */
     tn_pernode pn;
+    const char *accelerate; /* --config_file: an accelerate config (its processes and sharding) */
+    tn_accelerate_config acc;
 } launch_opts;
 
 static int is_local_host(const char *h) {
@@ -153,9 +156,12 @@ static int parse_args(int argc, char **argv, const char *command, launch_opts *o
             o->max_restarts = (int)n;
         } else if (strcmp(argv[i], "--drop-dead-hosts") == 0) {
             o->drop_dead_hosts = 1;
+        } else if (strcmp(argv[i], "--config_file") == 0 && i + 1 < argc) {
+            o->accelerate = argv[++i];
+            if (tn_accelerate_config_load(o->accelerate, &o->acc) != 0) return -1;
         } else {
             return tn_err("launch: unknown option '%s' (expected -n N, --hostfile FILE, --max-restarts N, "
-                          "--drop-dead-hosts, --no-bind, --dry-run)", argv[i]);
+                          "--drop-dead-hosts, --no-bind, --dry-run, --config_file FILE)", argv[i]);
         }
     }
     if (o->pernode && o->hostfile)
@@ -178,6 +184,18 @@ static int parse_args(int argc, char **argv, const char *command, launch_opts *o
     if (i >= argc) return tn_err("launch needs a config file: tandem launch [-n N | --hostfile FILE] CONFIG.yaml [key=value ...]");
     o->cfg_argc = argc - i;
     o->cfg_argv = argv + i;
+    if (o->accelerate) { /* accelerate's processes, and its sharding as the first override (the user's own win) */
+        if (!o->hostfile && o->n == 0) o->n = o->acc.num_processes;
+        if (o->acc.zero_stage >= 0) {
+            static char stage[32], **args;
+            snprintf(stage, sizeof stage, "zero_stage=%d", o->acc.zero_stage);
+            args = tn_xcalloc((size_t)o->cfg_argc + 2, sizeof *args);
+            args[0] = o->cfg_argv[0], args[1] = stage;
+            for (int k = 1; k < o->cfg_argc; k++) args[k + 1] = o->cfg_argv[k];
+            o->cfg_argv = args, o->cfg_argc++;
+        }
+        fputs(o->acc.notes, stdout);
+    }
     if (!o->hostfile && o->n == 0) o->n = 1;
     return 0;
 }

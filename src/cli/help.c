@@ -31,10 +31,19 @@ static const page PAGES[] = {
      "  --hostfile FILE       DeepSpeed's hostfile (HOST slots=N a line): every host, started over SSH\n"
      "  --max-restarts N      restart a failed run from the newest complete checkpoint, up to N times\n"
      "  --drop-dead-hosts     on a restart, leave out hosts that no longer answer (the global batch is kept)\n"
+     "  --config_file FILE    an accelerate config (accelerate launch --config_file): its num_processes, and its\n"
+     "                        FSDP sharding strategy or DeepSpeed zero_stage as zero_stage\n"
      "  --no-bind             do not pin each local rank to its own cores\n"
      "  --dry-run             check the config and hosts, print the mpirun command, start nothing\n"
      "  --help, -h            this page\n"
-     CONFIG_ARGS},
+     CONFIG_ARGS
+     "environment, one command per machine as with torchrun: NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT,\n"
+     "  NPROC_PER_NODE, FORCE_TORCHRUN=1 (tandem train too), TANDEM_RDZV_TIMEOUT (seconds node 0 waits)\n"},
+    {"env", NULL, "env [--hostfile FILE]",
+     "what llamafactory-cli env and ds_report print: versions, BLAS kernel, CPU, memory, NUMA, MPI, CUDA; with\n"
+     "several machines (--hostfile, or NNODES per node) one column each, differences marked",
+     "  --hostfile FILE       every host of a hostfile, side by side\n"
+     "  --help, -h            this page\n"},
     {"export", NULL, "export [CONFIG.yaml] [key=value ...]",
      "merge adapter_name_or_path into model_name_or_path and write an HF model folder to export_dir",
      CONFIG_ARGS
@@ -53,7 +62,7 @@ static const page PAGES[] = {
      "  --help, -h      this page\n"},
     {"init-model", NULL, "init-model CONFIG.json OUT_DIR [--tokenizer DIR] [--seed N]",
      "a freshly initialised HF model folder (HF's initialisation), to pre-train or to try the examples",
-     "  CONFIG.json     an HF config.json (llama, qwen2, mistral)\n"
+     "  CONFIG.json     an HF config.json (llama, qwen2, qwen3, mistral)\n"
      "  OUT_DIR         the model folder to write\n"
      "  --tokenizer DIR copy the tokenizer files of DIR into OUT_DIR\n"
      "  --seed N        initialisation seed (default 42)\n"
@@ -74,7 +83,7 @@ static const page PAGES[] = {
      "  --skip-special  leave special tokens out of decoded text\n"
      "  --help, -h      this page\n"},
     {"bench", "train", "bench train [--preset tiny|small] [--lora] [--steps N] [--warmup N] [--dist] [--trace] "
-                       "[--bucket-mb MB]",
+                       "[--bucket-mb MB] [--zero N]",
      "time training steps on random tokens; one JSON line (bench/bench_train.sh compares with PyTorch)",
      "  --preset tiny|small  model and batch of ../shared/ref's presets (default tiny)\n"
      "  --lora               LoRA r 8 on every projection, base frozen\n"
@@ -83,6 +92,7 @@ static const page PAGES[] = {
      "  --dist               one rank of a data-parallel step, under mpirun\n"
      "  --trace              with --dist: every rank prints each step's phases to stderr\n"
      "  --bucket-mb MB       gradient all-reduce bucket size (default 4)\n"
+     "  --zero N             with --dist: ZeRO stage N (0-3), the trainer's sharded step\n"
      "  --help, -h           this page\n"},
     {"bench", "sgemm", "bench sgemm [--n N]", "measured fp32 sgemm peak (best of 10), one JSON line",
      "  --n N           matrix size (default 2048)\n"
@@ -107,7 +117,8 @@ void tn_cli_usage(FILE *f) {
     for (int i = 0; i < N_PAGES; i++) fprintf(f, "  tandem %s\n      %s\n", PAGES[i].usage, PAGES[i].summary);
     fprintf(f, "  tandem help [COMMAND]    this overview, or a command's page\n"
                "  tandem version           version and build fingerprint (also --version)\n\n"
-               "launch options: -n N (--nproc N) | --hostfile FILE, --max-restarts N, --drop-dead-hosts, --no-bind, --dry-run\n"
+               "launch options: -n N (--nproc N) | --hostfile FILE, --max-restarts N, --drop-dead-hosts, --config_file FILE,\n"
+               "  --no-bind, --dry-run; NNODES/NODE_RANK/MASTER_ADDR/MASTER_PORT: one command per machine\n"
                "README.md: the YAML keys, Coming from LLaMA-Factory, several machines, when something goes wrong\n");
 }
 

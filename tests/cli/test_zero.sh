@@ -11,7 +11,9 @@
 #     size and stage bit-identically, on 1 rank (stage 0) and on 4 ranks (stage 2, re-sharded) within 1e-6.
 #  4. kill -9 of a rank under stage 3 with --max-restarts 1: the run resumes from its checkpoint and ends
 #     bit-identical to the uninterrupted run.
-#  5. Selection: deepspeed JSON stage 2 runs stage 2; a zero_stage that disagrees with the JSON is one line.
+#  5. Selection: deepspeed JSON stage 2 runs stage 2; a zero_stage that disagrees with the JSON is one line;
+#     `tandem launch --config_file` with accelerate's FSDP config (SHARD_GRAD_OP) runs its processes at stage 2,
+#     a strategy it does not know is one line.
 # The comparison can fail: a run with half the learning rate lands far outside the bound (checked).
 set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
@@ -120,6 +122,16 @@ check '[ $rc -ne 0 ] && [ "$(grep -c "ZeRO stage 3 but .deepspeed. for stage 2" 
 "$BIN" train "$EX/demo_addition.yaml" deepspeed="$T/none.json" output_dir="$T/bad2" >"$T/bad2.log" 2>&1
 rc=$?
 check '[ $rc -ne 0 ] && [ "$(wc -l <"$T/bad2.log")" -eq 1 ] && grep -q "none.json" "$T/bad2.log"'
+
+# accelerate's FSDP config (as LLaMA-Factory's examples/accelerate/fsdp_config.yaml): processes and sharding
+printf 'compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n  fsdp_offload_params: false\nmixed_precision: bf16\nnum_machines: 1\nnum_processes: 2\n' >"$T/fsdp.yaml"
+"$BIN" launch --config_file "$T/fsdp.yaml" --no-bind "$EX/demo_addition.yaml" $COMMON output_dir="$T/acc" >"$T/acc.log" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "ZeRO stage 2, 2 rank" "$T/acc.log" && grep -q "accelerate fsdp.yaml: FSDP SHARD_GRAD_OP: ZeRO stage 2" "$T/acc.log"'
+sed 's/SHARD_GRAD_OP/SHARD_EVERYTHING/' "$T/fsdp.yaml" >"$T/fsdp_bad.yaml"
+"$BIN" launch --config_file "$T/fsdp_bad.yaml" "$EX/demo_addition.yaml" output_dir="$T/acc2" >"$T/acc2.log" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && [ "$(wc -l <"$T/acc2.log")" -eq 1 ] && grep -q "fsdp_bad.yaml: key .fsdp_config.fsdp_sharding_strategy.: .SHARD_EVERYTHING." "$T/acc2.log"'
 
 [ "$fails" -eq 0 ] || tail -n 3 "$T"/*.log
 echo "test_zero: $checks checks, $fails failed"
