@@ -157,11 +157,14 @@ static int discover(tn_comm *c) {
         (rc = MPI_Comm_split(c->world, c->uniform ? c->info.local_rank : MPI_UNDEFINED, c->info.node, &c->rail)) !=
             MPI_SUCCESS)
         return tn_comm_mpi_err(rc, "MPI_Comm_split");
+    if ((rc = MPI_Comm_dup(c->local, &c->bg_local)) != MPI_SUCCESS ||
+        (c->rail != MPI_COMM_NULL && (rc = MPI_Comm_dup(c->rail, &c->bg_rail)) != MPI_SUCCESS))
+        return tn_comm_mpi_err(rc, "MPI_Comm_dup");
     return 0;
 }
 
 static void free_comms(tn_comm *c) {
-    MPI_Comm *cs[] = {&c->local, &c->leaders, &c->ring, &c->rail, &c->world};
+    MPI_Comm *cs[] = {&c->bg_local, &c->bg_rail, &c->local, &c->leaders, &c->ring, &c->rail, &c->world};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++)
         if (*cs[i] != MPI_COMM_NULL) MPI_Comm_free(cs[i]);
 }
@@ -190,7 +193,7 @@ tn_comm *tn_comm_init(int *argc, char ***argv) {
     }
     tn_comm *c = tn_xcalloc(1, sizeof *c);
     c->mpi_owned = !inited;
-    c->world = c->local = c->leaders = c->ring = c->rail = c->wd_comm = MPI_COMM_NULL;
+    c->world = c->local = c->leaders = c->ring = c->rail = c->wd_comm = c->bg_local = c->bg_rail = MPI_COMM_NULL;
     c->tune.poll_max_us = 1000;
     if (tn_comm_join_world(&c->world) != 0) goto fail; /* MPI_COMM_WORLD, or the joined nodes (comm_join.c) */
     MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN); /* inherited by the communicators split off it */

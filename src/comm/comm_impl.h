@@ -46,6 +46,7 @@ struct tn_comm {
     MPI_Comm ring;               /* all ranks, machine by machine (reduce-scatter / all-gather) */
     int *ring_world;             /* world rank at each position of `ring` */
     MPI_Comm rail;               /* the ranks with this local rank, one per machine, by node (uniform machines) */
+    MPI_Comm bg_local, bg_rail;  /* dups of local and rail for background ops (their own tag space) */
     int uniform;                 /* every machine has the same number of ranks */
     int *shard_of;               /* shard index of each world rank (comm.h: tn_comm_shard) */
     tn_comm_tuning tune;
@@ -59,6 +60,8 @@ struct tn_comm {
     pthread_cond_t cv;           /* op finished / op queued / stop */
     tn_comm_op *head, *tail;     /* every op not yet freed, in submission order */
     tn_comm_op *cur;             /* first op not finished (NULL: idle) */
+    tn_comm_op *bg;              /* background ops not finished, stepped alongside the queue (exchange.h) */
+    uint64_t bg_seq;             /* background ops created: their ring lane is bg_seq mod TN_COMM_LANES */
     int stop, thread_started;
     pthread_t thread;
     uint64_t op_seq;             /* ops created, on the caller's thread (same order on every rank) */
@@ -92,6 +95,7 @@ struct tn_comm_op {
     void (*release)(tn_comm_op *op);   /* frees the op-specific state */
     void *state;
     int done, failed;                   /* under c->mu */
+    int background;                     /* not in the queue: stepped whatever the queue does */
     char err[256];
 };
 
@@ -99,6 +103,10 @@ struct tn_comm_op {
 int tn_comm_progress_start(tn_comm *c);
 void tn_comm_progress_stop(tn_comm *c);
 tn_comm_op *tn_comm_submit(tn_comm *c, tn_comm_op *op); /* queues op (allocated by the caller) */
+/* Runs op outside the queue: the progress thread steps it together with whatever the queue runs, so queued
+ * ops never wait for it (at most TN_COMM_LANES at once; they must use bg_local / bg_rail). Waited and freed
+ * by its owner with tn_comm_wait; tn_comm_wait_all waits for it to finish but does not free it. */
+tn_comm_op *tn_comm_submit_background(tn_comm *c, tn_comm_op *op);
 int tn_comm_op_wait(tn_comm_op *op);
 int tn_comm_op_wait_all(tn_comm *c);
 /* Wait for an MPI request from the caller's thread without spinning (MPI_Test + backoff sleeps). */
@@ -131,7 +139,8 @@ int tn_ring_step(tn_ring *r, int *progressed);
 /* comm_shm.c -- the machine-local shared window and the hierarchical allreduce op. */
 int tn_shm_create(tn_comm *c);
 void tn_shm_free(tn_comm *c);
-tn_comm_op *tn_shm_allreduce_op(tn_comm *c, float *buf, size_t n);
+/* local_only: the machine's sum only (no ring between machines). */
+tn_comm_op *tn_shm_allreduce_op(tn_comm *c, float *buf, size_t n, int local_only);
 
 /* comm_shard.c -- the shard layout (indices, set at discovery) */
 void tn_comm_shard_layout(tn_comm *c, const int *node_of, const int *lrank, const int *lsize);

@@ -48,7 +48,7 @@ static tn_comm_op *allreduce_op(tn_comm *c, float *buf, size_t n) {
         op = tn_comm_op_new(c);
         op->step = noop_step;
     } else if (c->shm) {
-        op = tn_shm_allreduce_op(c, buf, n);
+        op = tn_shm_allreduce_op(c, buf, n, 0);
     } else { /* alone on this machine: this rank is its machine's leader */
         op = ring_op(c, c->leaders, TN_RING_AR, buf, n, NULL, NULL);
     }

@@ -5,7 +5,9 @@
  * as the one before only drains, see TN_COMM_LANES, so the link does not idle between buckets). It must not burn a
  * core (two ranks share a 2-core machine): it calls MPI_Testsome and, when nothing moved, sleeps with
  * exponential backoff (up to tune.poll_max_us; a TCP socket buffer drains slowly at 100 Mbit/s, so a
- * millisecond of sleep costs no bandwidth). With no op queued it sleeps on a condition variable. */
+ * millisecond of sleep costs no bandwidth). With no op queued it sleeps on a condition variable. Background
+ * ops (a machine-level exchange that spans many steps, exchange.h) are stepped on every round as well, so
+ * the queue's ops never wait behind them. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,11 +49,18 @@ int tn_comm_mpi_wait(tn_comm *c, MPI_Request *rq, const char *what) {
     }
 }
 
-/* Under c->mu: op finished; the first unfinished op becomes current. */
+/* Under c->mu: op finished; the first unfinished op becomes current (a background op leaves its list). */
 static void finish_locked(tn_comm *c, tn_comm_op *op, int failed) {
     op->done = 1, op->failed = failed;
-    while (c->cur && c->cur->done) c->cur = c->cur->next;
-    if (!c->cur) c->busy_s += tn_now() - c->busy_since;
+    if (op->background) {
+        tn_comm_op **pp = &c->bg;
+        while (*pp && *pp != op) pp = &(*pp)->next;
+        if (*pp) *pp = op->next;
+        op->next = NULL;
+    } else {
+        while (c->cur && c->cur->done) c->cur = c->cur->next;
+        if (!c->cur) c->busy_s += tn_now() - c->busy_since;
+    }
     pthread_cond_broadcast(&c->cv);
 }
 
@@ -64,18 +73,19 @@ static int ops_to_step_locked(tn_comm *c, tn_comm_op **run) {
         run[n++] = op;
         if (!op->draining || !op->draining(op)) break;
     }
+    for (tn_comm_op *op = c->bg; op && n < 2 * TN_COMM_LANES; op = op->next) run[n++] = op;
     return n;
 }
 
 /* Idle: sleep until an op comes, waking every 50 ms to answer the watchdog's pings (comm_watchdog.c). */
 static void idle_wait_locked(tn_comm *c) {
-    while (!c->cur && !c->stop) {
+    while (!c->cur && !c->bg && !c->stop) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 50000000L;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
-        if (!c->cur && !c->stop) {
+        if (!c->cur && !c->bg && !c->stop) {
             pthread_mutex_unlock(&c->mu);
             tn_watchdog_answer(c);
             pthread_mutex_lock(&c->mu);
@@ -86,13 +96,13 @@ static void idle_wait_locked(tn_comm *c) {
 static void *progress_main(void *arg) {
     tn_comm *c = arg;
     int us = TN_BACKOFF_START, broken = 0;
-    tn_comm_op *last_cur = NULL, *run[TN_COMM_LANES];
-    int rc[TN_COMM_LANES];
+    tn_comm_op *last_cur = NULL, *run[2 * TN_COMM_LANES];
+    int rc[2 * TN_COMM_LANES];
     double since = tn_now(); /* last progress of the current ops */
     pthread_mutex_lock(&c->mu);
     for (;;) {
         idle_wait_locked(c);
-        if (!c->cur) break;
+        if (!c->cur && !c->bg) break;
         if (c->cur != last_cur) last_cur = c->cur, since = tn_now();
         int n = ops_to_step_locked(c, run), progressed = 0;
         if (broken) { /* ranks are out of step after a failure: fail the rest rather than hang */
@@ -156,6 +166,16 @@ void tn_comm_progress_stop(tn_comm *c) {
     pthread_mutex_destroy(&c->mu);
 }
 
+tn_comm_op *tn_comm_submit_background(tn_comm *c, tn_comm_op *op) {
+    pthread_mutex_lock(&c->mu);
+    op->background = 1;
+    op->next = c->bg;
+    c->bg = op;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
 tn_comm_op *tn_comm_submit(tn_comm *c, tn_comm_op *op) {
     pthread_mutex_lock(&c->mu);
     op->next = NULL;
@@ -197,7 +217,7 @@ int tn_comm_op_wait_all(tn_comm *c) {
     char err[256] = "";
     int failed = 0;
     pthread_mutex_lock(&c->mu);
-    while (c->cur) pthread_cond_wait(&c->cv, &c->mu);
+    while (c->cur || c->bg) pthread_cond_wait(&c->cv, &c->mu);
     while (c->head) failed |= unlink_free_locked(c, c->head, err, sizeof err);
     pthread_mutex_unlock(&c->mu);
     return failed ? tn_err("%s", err) : 0;

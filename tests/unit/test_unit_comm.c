@@ -7,13 +7,18 @@
  *   x_r[i] = 4096 (r+1) + (i mod 4093)  ->  sum_r x_r[i] = 4096 size(size+1)/2 + size (i mod 4093)
  * (integers below 2^24: exact in float whatever the summation order; the period 4093 is prime, so a block
  * that lands at a wrong offset, a rank counted twice or missed all show up).
- * TANDEM_TEST_EXPECT_SIZE / _NODES, when set, are checked against what the comm layer found. */
+ * TANDEM_TEST_EXPECT_SIZE / _NODES, when set, are checked against what the comm layer found.
+ * The machine-level exchange (exchange.h) is checked the same way: per-machine data y_m[i] = ((7i + m) mod 255)
+ * - 127 are integers in [-127, 127] and every 256-block holds -127 and 127, so bf16 and int8 (scale 1) carry
+ * them exactly and the expected sums are written down; where a codec does lose bits, the expected result is
+ * every machine's encoding decoded and added in machine order, computed here from the formula. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "comm/exchange.h"
 #include "core/core.h"
 #include "testlib.h"
 
@@ -284,6 +289,125 @@ static void test_shard_ranges(tn_comm *c) {
     }
 }
 
+static float y_of(int m, size_t i) { return (float)((int)((7 * i + (size_t)m) % 255) - 127); }
+
+/* Every rank's machine, gathered. */
+static int *nodes_of(tn_comm *c) {
+    int me = tn_comm_get_info(c)->node, *all = tn_xmalloc((size_t)P * sizeof *all);
+    CHECK(tn_comm_allgather(c, &me, sizeof me, all) == 0);
+    return all;
+}
+
+static void test_exchange(tn_comm *c) {
+    const tn_comm_info *in = tn_comm_get_info(c);
+    int M = in->n_nodes, *node = nodes_of(c);
+    size_t n = 3 * 256 * 5 + 7, cap = n + (size_t)1024 * in->local_size; /* parts of every rank cross 256-blocks */
+    float *b = tn_xmalloc(cap * sizeof *b), *res = tn_xcalloc(cap, sizeof *res);
+    if (!tn_comm_uniform(c)) { /* machines with unequal rank counts: refused with a clear line */
+        CHECK(tn_comm_iexchange(c, b, n, &(tn_exchange){.codec = TN_CODEC_FP32, .scale = 1}) == NULL);
+        CHECK(strstr(tn_errmsg(), "same number of ranks on every machine") != NULL);
+        free(b), free(res), free(node);
+        return;
+    }
+    size_t off, len;
+    tn_comm_exchange_part(c, n, &off, &len);
+    /* 1. gradients: the machine's ranks' buffers summed, then over machines; fp32 gives the all-reduce */
+    for (int bg = 0; bg < 2; bg++) {
+        fill(b, n);
+        tn_comm_op *op = tn_comm_iexchange(c, b, n, &(tn_exchange){.codec = TN_CODEC_FP32, .scale = 1,
+                                                                  .reduce_local = 1, .background = bg});
+        CHECK(op && tn_comm_wait(op) == 0);
+        CHECKF(first_bad_sum(b, 0, n) == n, "fp32 exchange (background %d): index %zu wrong", bg,
+               first_bad_sum(b, 0, n));
+    }
+    /* 2. parameters kept in step inside each machine: machine m holds y_m; mean over machines, extras summed */
+    tn_codec codecs[3] = {TN_CODEC_FP32, TN_CODEC_BF16, TN_CODEC_INT8};
+    for (int k = 0; k < 3; k++) {
+        size_t nk = codecs[k] == TN_CODEC_INT8 ? (size_t)256 * 4 * in->local_size : n; /* whole blocks per part */
+        for (size_t i = 0; i < nk; i++) b[i] = y_of(in->node, i);
+        memset(res, 0, cap * sizeof *res);
+        double extra[2] = {in->node + 1.0, 0.25 * in->node};
+        tn_exchange x = {.codec = codecs[k], .residual = res, .scale = 1.0f / (float)M, .background = 1,
+                         .extra = extra, .n_extra = 2};
+        tn_comm_op *op = tn_comm_iexchange(c, b, nk, &x);
+        /* a queued op runs while the background exchange is in flight */
+        float *g = tn_xmalloc(1000 * sizeof *g);
+        fill(g, 1000);
+        CHECK(tn_comm_allreduce_f32(c, g, 1000) == 0 && first_bad_sum(g, 0, 1000) == 1000);
+        free(g);
+        CHECK(op && tn_comm_wait(op) == 0);
+        size_t bad = nk, nonzero = 0;
+        for (size_t i = 0; i < nk && bad == nk; i++) {
+            double want = 0;
+            for (int m = 0; m < M; m++) want += y_of(m, i);
+            if (b[i] != (float)(want / M)) bad = i;
+        }
+        for (size_t i = 0; i < nk; i++) nonzero += res[i] != 0;
+        CHECKF(bad == nk, "%s exchange: index %zu is %g", tn_codec_name(codecs[k]), bad, bad < nk ? b[bad] : 0);
+        CHECKF(nonzero == 0, "%s: exact values left %zu residuals", tn_codec_name(codecs[k]), nonzero);
+        CHECK(extra[0] == M * (M + 1) / 2.0 && extra[1] == 0.25 * M * (M - 1) / 2.0);
+    }
+    /* 3. values int8 cannot carry: the result is every machine's encoding decoded in machine order; each rank's
+     * residual (its part only) is what its machine's encoding left out */
+    {
+        size_t ne = 1000 + 3;
+        float *want = tn_xcalloc(ne, sizeof *want), *v = tn_xmalloc(ne * sizeof *v), *r = tn_xcalloc(ne, sizeof *r);
+        tn_comm_exchange_part(c, ne, &off, &len);
+        void *enc = tn_xmalloc(tn_codec_bytes(TN_CODEC_INT8, ne));
+        for (int m = 0; m < M; m++) {
+            for (size_t i = 0; i < ne; i++) v[i] = 0.37f * y_of(m, i) + 0.011f * (float)m;
+            memset(r, 0, ne * sizeof *r);
+            tn_codec_encode(TN_CODEC_INT8, v + off, r + off, len, enc);
+            tn_codec_decode(TN_CODEC_INT8, enc, len, want + off, m > 0);
+            if (m == in->node) memcpy(b, v, ne * sizeof *b), memcpy(res, r, ne * sizeof *res);
+        }
+        /* want[off..) holds only this rank's part: the other parts come from other ranks, check them via sums */
+        float *got_res = tn_xcalloc(ne, sizeof *got_res);
+        memset(res, 0, ne * sizeof *res);
+        tn_comm_op *op = tn_comm_iexchange(c, b, ne, &(tn_exchange){.codec = TN_CODEC_INT8, .residual = got_res,
+                                                                      .scale = 1});
+        CHECK(op && tn_comm_wait(op) == 0);
+        size_t bad = off + len;
+        for (size_t i = off; i < off + len && bad == off + len; i++)
+            if (b[i] != want[i]) bad = i;
+        CHECKF(bad == off + len, "int8 exchange: index %zu is %g, expected %g", bad, bad < ne ? b[bad] : 0,
+               bad < ne ? want[bad] : 0);
+        /* every rank's own residual, and nothing outside its part */
+        for (size_t i = 0; i < ne; i++) v[i] = 0.37f * y_of(in->node, i) + 0.011f * (float)in->node;
+        memset(r, 0, ne * sizeof *r);
+        tn_codec_encode(TN_CODEC_INT8, v + off, r + off, len, enc);
+        size_t rbad = ne;
+        for (size_t i = 0; i < ne && rbad == ne; i++)
+            if (got_res[i] != r[i]) rbad = i;
+        CHECKF(rbad == ne, "int8 exchange: residual %zu is %g, expected %g", rbad, rbad < ne ? got_res[rbad] : 0,
+               rbad < ne ? r[rbad] : 0);
+        /* the other ranks' parts of the result equal theirs: every rank holds the same floats */
+        uint64_t h = tn_hash64(b, ne * sizeof *b, 0), *all = tn_xmalloc((size_t)P * sizeof h);
+        CHECK(tn_comm_allgather(c, &h, sizeof h, all) == 0);
+        for (int q = 0; q < P; q++) CHECKF(all[q] == h, "rank %d holds another result than rank %d", q, R);
+        free(want), free(v), free(r), free(enc), free(got_res), free(all);
+    }
+    /* 4. machine-local sums */
+    fill(b, n);
+    tn_comm_op *op = tn_comm_iallreduce_local_f32(c, b, n);
+    CHECK(op && tn_comm_wait(op) == 0);
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++) {
+        float want = 0;
+        for (int q = 0; q < P; q++)
+            if (node[q] == in->node) want += x_of(q, i);
+        if (b[i] != want) bad = i;
+    }
+    CHECKF(bad == n, "machine-local allreduce: index %zu wrong", bad);
+    double d[2] = {R, 1};
+    CHECK(tn_comm_allreduce_f64_local(c, d, 2) == 0);
+    double wr = 0;
+    for (int q = 0; q < P; q++) wr += node[q] == in->node ? q : 0;
+    CHECK(d[0] == wr && d[1] == in->local_size);
+    CHECK(tn_comm_exchange_bytes(c, 1024, TN_CODEC_BF16, 0) == (size_t)(M - 1) * 2048);
+    free(b), free(res), free(node);
+}
+
 static void test_errors(tn_comm *c) {
     CHECK(tn_comm_allreduce_f32(c, NULL, 5) == -1 && strstr(tn_errmsg(), "NULL"));
     CHECK(tn_comm_iallreduce_f32(c, NULL, 5) == NULL);
@@ -305,6 +429,7 @@ int main(int argc, char **argv) {
     test_iallreduce(c);
     test_rs_ag(c);
     test_shard_ranges(c);
+    test_exchange(c);
     test_errors(c);
     int64_t f[2] = {tl_failures, tl_checks};
     if (tn_comm_allreduce_max_i64(c, f, 2) != 0) f[0] = 1;
