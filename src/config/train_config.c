@@ -70,6 +70,8 @@ static int set_fsdp(tn_train_config *c, const key_def *k, const char *v, char *m
 static int set_report_to(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_save_strategy(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_export_size(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_sync_mode(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_compression(tn_train_config *c, const key_def *k, const char *v, char *msg);
 
 #define VL_MISSING "vision-language (multimodal) models are not supported yet: tandem trains text-only decoders"
 #define LORA_MODULES "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
@@ -165,6 +167,14 @@ static const key_def KEYS[] = {
      "parameters)", NULL},
     {"fsdp", CUSTOM(fsdp_stage), 0, 0, "full_shard, shard_grad_op, hybrid_shard or no_shard (optionally with "
      "auto_wrap, offload)", set_fsdp},
+    {"sync_mode", CUSTOM(sync_mode), 0, 0, "ddp or diloco", set_sync_mode},
+    {"comm_compression", CUSTOM(comm_compression), 0, 0, "none, bf16 or int8", set_compression},
+    {"diloco_inner_steps", INT(diloco_inner_steps, 1, 1000000), 0, 0, "an integer in [1, 1000000]", NULL},
+    {"diloco_outer_lr", NUM(diloco_outer_lr, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number", NULL},
+    {"diloco_outer_momentum", NUM(diloco_outer_momentum, 0, 1, 0, 1), 0, 0, "a number in [0, 1)", NULL},
+    {"diloco_nesterov", BOOL(diloco_nesterov), 0, 0, "true or false", NULL},
+    {"diloco_overlap", BOOL(diloco_overlap), 0, 0, "true or false", NULL},
+    {"balance_ranks", BOOL(balance_ranks), 0, 0, "true or false", NULL},
     {"fsdp_config", NOTICE, 0, 0, "tandem shards per decoder layer (fsdp's strategy picks the ZeRO stage); the "
      "file's other settings have no counterpart here", NULL},
     /* output */
@@ -246,6 +256,10 @@ void tn_train_config_defaults(tn_train_config *c) {
     c->zero_stage = -1;
     c->fsdp_stage = -1;
     c->max_bad_steps = 10;
+    c->sync_mode = TN_SYNC_DDP;
+    c->diloco_inner_steps = 16;
+    c->diloco_outer_lr = 0.7, c->diloco_outer_momentum = 0.9;
+    c->diloco_nesterov = 1, c->diloco_overlap = 1;
     snprintf(c->output_dir, sizeof c->output_dir, "saves/tandem");
     c->logging_steps = 10;
     c->save_steps = 0;
@@ -549,6 +563,25 @@ static int set_export_size(tn_train_config *c, const key_def *k, const char *v, 
     if (!parse_integer(v, &x) || x < 1 || x > (1 << 20)) return expects(k, v, msg);
     c->export_size = (int)x;
     add_note(c, k->name, "only `tandem export` reads it (safetensors shards of at most %d GB)", c->export_size);
+    return 0;
+}
+
+static int set_sync_mode(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    char s[32];
+    if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
+    if (!strcmp(s, "ddp")) c->sync_mode = TN_SYNC_DDP;
+    else if (!strcmp(s, "diloco")) c->sync_mode = TN_SYNC_DILOCO;
+    else return expects(k, v, msg);
+    return 0;
+}
+
+static int set_compression(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    char s[32];
+    if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
+    if (!strcmp(s, "none") || !strcmp(s, "fp32") || !strcmp(s, "false")) c->comm_compression = 0;
+    else if (!strcmp(s, "bf16")) c->comm_compression = 1;
+    else if (!strcmp(s, "int8")) c->comm_compression = 2;
+    else return expects(k, v, msg);
     return 0;
 }
 

@@ -16,6 +16,7 @@ typedef enum { TN_STAGE_SFT, TN_STAGE_PT } tn_stage;
 typedef enum { TN_EVAL_NO, TN_EVAL_STEPS, TN_EVAL_EPOCH } tn_eval_strategy;
 typedef enum { TN_SCHED_CONSTANT, TN_SCHED_LINEAR, TN_SCHED_COSINE } tn_sched_type;
 typedef enum { TN_SAVE_STEPS, TN_SAVE_NO, TN_SAVE_EPOCH } tn_save_strategy;
+typedef enum { TN_SYNC_DDP, TN_SYNC_DILOCO } tn_sync_mode;
 
 #define TN_PATH_MAX 1024
 
@@ -74,7 +75,14 @@ typedef struct {
     int max_bad_steps;                    /* tandem: consecutive non-finite steps (skipped) before the run stops;
                                            * default 10 */
     double peer_timeout;                  /* tandem: seconds before a silent or hung rank is named and the
-                                           * job stopped; default 60, 0 = never */             /* default 4 (HF key; DDP uses 25): gradient all-reduce bucket size */
+                                           * job stopped; default 60, 0 = never */
+    /* low-communication training and unequal ranks (tandem keys; README "Slow links and unequal machines") */
+    tn_sync_mode sync_mode;               /* ddp (default): gradients every step; diloco: outer steps per round */
+    int comm_compression;                 /* 0 none, 1 bf16, 2 int8 (tn_codec): what crosses between machines */
+    int diloco_inner_steps;               /* H, default 16 */
+    double diloco_outer_lr, diloco_outer_momentum; /* 0.7, 0.9 (the DiLoCo paper) */
+    int diloco_nesterov, diloco_overlap;  /* true, true */
+    int balance_ranks;                    /* default false: each rank's share of the global batch follows its speed */             /* default 4 (HF key; DDP uses 25): gradient all-reduce bucket size */
     /* output */
     char output_dir[TN_PATH_MAX];         /* default "saves/tandem" */
     int logging_steps;                    /* default 10 (LLaMA-Factory examples) */

@@ -117,7 +117,7 @@ void tn_model_set(tn_model *m, const tn_param *p, const float *host);
 
 /* ---- activations and passes (model_forward.c) ---- */
 typedef struct tn_acts tn_acts;
-/* Workspace for batches of B rows and up to S tokens; checkpointing keeps only each layer's input and
+/* Workspace for batches of up to B rows and up to S tokens; checkpointing keeps only each layer's input and
  * recomputes. */
 tn_acts *tn_acts_create(const tn_model *m, int B, int S, int checkpointing);
 void tn_acts_free(tn_acts *a);

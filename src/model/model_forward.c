@@ -30,7 +30,7 @@ typedef struct {
 struct tn_acts {
     const tn_backend *be;
     int B, S, T, TC, checkpointing; /* S, T: the current batch's; every buffer is sized for S_cap */
-    int S_cap;
+    int S_cap, B_cap;
     int64_t first_row;   /* index of row 0 in the global batch: keys the per-row dropout masks */
     size_t n_floats;
     float *slab;         /* every float buffer below is a range of this */
@@ -129,7 +129,7 @@ static void fill_rope(const tn_model *m, tn_acts *a) {
 tn_acts *tn_acts_create(const tn_model *m, int B, int S, int checkpointing) {
     tn_acts *a = tn_xcalloc(1, sizeof *a);
     a->be = m->be;
-    a->B = B, a->S = a->S_cap = S, a->T = B * S, a->checkpointing = checkpointing;
+    a->B = a->B_cap = B, a->S = a->S_cap = S, a->T = B * S, a->checkpointing = checkpointing;
     /* lm_head chunk: ~16M logits floats at most, a multiple of 64 rows */
     int tc = (int)((1 << 24) / m->V);
     tc = tc < 64 ? 64 : tc & ~63;
@@ -364,12 +364,12 @@ static void grad_ready(const tn_model *m, int g) {
     if (m->grad_ready) m->grad_ready(m->grad_ready_ctx, tn_model_grad_frontier(m, g));
 }
 
-/* A batch has the workspace's B rows and any length up to its S: buffers sized for B x S_cap hold a
- * shorter batch as they are (rotary tables are indexed by position, attention by the current S). */
+/* A batch has up to the workspace's B rows and any length up to its S: buffers sized for B_cap x S_cap
+ * hold a smaller batch as they are (rotary tables are indexed by position, attention by the current B, S). */
 static void set_shape(tn_acts *a, int B, int S) {
-    if (B != a->B || S < 1 || S > a->S_cap)
-        tn_die("batch %dx%d does not fit the workspace %dx%d", B, S, a->B, a->S_cap);
-    a->S = S, a->T = B * S;
+    if (B < 1 || B > a->B_cap || S < 1 || S > a->S_cap)
+        tn_die("batch %dx%d does not fit the workspace %dx%d", B, S, a->B_cap, a->S_cap);
+    a->B = B, a->S = S, a->T = B * S;
 }
 
 /* The positions with a target (HF shift: position t is scored against labels[t + 1]) and their targets. */

@@ -2,7 +2,9 @@
 #include "trainer/grad_sync.h"
 
 #include <stdlib.h>
+#include <string.h>
 
+#include "comm/exchange.h"
 #include "core/core.h"
 
 struct tn_grad_sync {
@@ -19,6 +21,8 @@ struct tn_grad_sync {
     double armed_at;
     tn_comm_op **ops;        /* [n_buckets] */
     int first_error;
+    tn_codec codec;          /* TN_SYNC_COMPRESSED */
+    float *residual;         /* [n_trainable], this rank's parts only (compressed) */
     tn_grad_sync_stats stats;
 };
 
@@ -32,9 +36,14 @@ static void launch_ready(tn_grad_sync *s, size_t ready_from) {
         int k = s->next++;
         size_t lo = s->lo[k], hi = bucket_hi(s, k);
         if (k == 0) s->stats.first_ready_s = tn_now() - s->armed_at;
-        s->ops[k] = s->mode == TN_SYNC_ALLREDUCE
-                        ? tn_comm_iallreduce_f32(s->comm, s->model->grad + lo, hi - lo)
-                        : tn_comm_ireduce_scatter_range(s->comm, s->model->grad, s->model->n_trainable, lo, hi);
+        float *g = s->model->grad;
+        if (s->mode == TN_SYNC_ALLREDUCE) s->ops[k] = tn_comm_iallreduce_f32(s->comm, g + lo, hi - lo);
+        else if (s->mode == TN_SYNC_LOCAL) s->ops[k] = tn_comm_iallreduce_local_f32(s->comm, g + lo, hi - lo);
+        else if (s->mode == TN_SYNC_COMPRESSED)
+            s->ops[k] = tn_comm_iexchange(s->comm, g + lo, hi - lo,
+                                          &(tn_exchange){.codec = s->codec, .residual = s->residual + lo, .scale = 1,
+                                                         .reduce_local = 1});
+        else s->ops[k] = tn_comm_ireduce_scatter_range(s->comm, g, s->model->n_trainable, lo, hi);
         if (!s->ops[k] && !s->first_error) s->first_error = 1;
     }
 }
@@ -72,7 +81,8 @@ tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes, 
     tn_grad_sync *s = tn_xcalloc(1, sizeof *s);
     s->comm = c;
     s->model = m;
-    s->active = c && tn_comm_get_info(c)->size > 1 && m->n_trainable > 0;
+    s->active = c && (mode == TN_SYNC_LOCAL ? tn_comm_get_info(c)->local_size : tn_comm_get_info(c)->size) > 1 &&
+                m->n_trainable > 0;
     s->mode = mode;
     size_t n = m->n_trainable;
     if (s->active && mode != TN_SYNC_ALLREDUCE) {
@@ -107,8 +117,42 @@ void tn_grad_sync_free(tn_grad_sync *s) {
     }
     free(s->lo);
     free(s->ops);
+    tn_free_aligned(s->residual);
     free(s);
 }
+
+tn_grad_sync *tn_grad_sync_create_compressed(tn_comm *c, tn_model *m, size_t bucket_bytes, tn_codec codec) {
+    tn_grad_sync *s = tn_grad_sync_create(c, m, bucket_bytes, TN_SYNC_COMPRESSED);
+    if (!s || !s->active) return s;
+    if (!tn_comm_uniform(c)) {
+        tn_grad_sync_free(s);
+        tn_err("comm_compression needs the same number of ranks on every machine");
+        return NULL;
+    }
+    s->codec = codec;
+    s->residual = tn_xalloc_floats(m->n_trainable);
+    memset(s->residual, 0, m->n_trainable * sizeof *s->residual);
+    s->stats.bytes = 0; /* what one machine sends to the network per step: every bucket's encodings */
+    for (int k = 0; k < s->n_buckets; k++) s->stats.bytes += tn_comm_exchange_bytes(c, bucket_hi(s, k) - s->lo[k], codec, 0);
+    return s;
+}
+
+/* This rank's part of each bucket (exchange.h), in slab order: copied out, or in. */
+static size_t residual_parts(const tn_grad_sync *s, float *out, const float *in) {
+    size_t count = 0;
+    for (int k = s->n_buckets - 1; k >= 0 && s->residual; k--) {
+        size_t off, len;
+        tn_comm_exchange_part(s->comm, bucket_hi(s, k) - s->lo[k], &off, &len);
+        float *r = s->residual + s->lo[k] + off;
+        if (out) memcpy(out + count, r, len * sizeof *r);
+        if (in) memcpy(r, in + count, len * sizeof *r);
+        count += len;
+    }
+    return count;
+}
+
+size_t tn_grad_sync_residual(const tn_grad_sync *s, float *out) { return residual_parts(s, out, NULL); }
+void tn_grad_sync_set_residual(tn_grad_sync *s, const float *in) { residual_parts(s, NULL, in); }
 
 void tn_grad_sync_arm(tn_grad_sync *s) {
     if (!s->active) return;
@@ -128,9 +172,8 @@ int tn_grad_sync_finish(tn_grad_sync *s) {
     for (int k = s->released; k < s->n_buckets; k++)
         if (retire(s, k) != 0) rc = -1;
     s->stats.wait_s = tn_now() - t0;
-    return rc ? tn_err("gradient %s failed: %s", s->mode == TN_SYNC_ALLREDUCE ? "all-reduce" : "reduce-scatter",
-                       tn_errmsg())
-              : 0;
+    static const char *const what[] = {"all-reduce", "reduce-scatter", "reduce-scatter", "exchange", "machine-local sum"};
+    return rc ? tn_err("gradient %s failed: %s", what[s->mode], tn_errmsg()) : 0;
 }
 
 const tn_grad_sync_stats *tn_grad_sync_get_stats(const tn_grad_sync *s) { return &s->stats; }

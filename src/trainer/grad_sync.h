@@ -9,13 +9,17 @@
  * Accumulation micro-batches before the last exchange nothing. Only trainable gradients are in the slab,
  * so LoRA exchanges only the adapters. Sharded (ZeRO): buckets are reduce-scattered instead (comm.h's
  * shards: half the bytes of an all-reduce), and at stages 2-3 each bucket's memory outside this rank's
- * shard goes back to the system as soon as its exchange has finished. */
+ * shard goes back to the system as soon as its exchange has finished. Compressed (comm_compression): each
+ * bucket goes through exchange.h's machine-level exchange (summed inside the machine, encoded, decoded and
+ * added in machine order), with error feedback through a residual of this rank's parts of the buckets.
+ * Machine-local (sync_mode: diloco): buckets are summed over this machine's ranks only. */
 #ifndef TN_GRAD_SYNC_H
 #define TN_GRAD_SYNC_H
 
 #include <stddef.h>
 
 #include "comm/comm.h"
+#include "comm/compress.h"
 #include "model/model.h"
 
 typedef struct tn_grad_sync tn_grad_sync;
@@ -27,9 +31,16 @@ typedef struct {
     double first_ready_s; /* from arm to the first complete bucket: what overlap cannot hide (forward, lm_head) */
 } tn_grad_sync_stats;
 
-enum { TN_SYNC_ALLREDUCE, TN_SYNC_REDUCE_SCATTER, TN_SYNC_REDUCE_SCATTER_RELEASE };
-/* NULL with tn_err on a bad size. With one rank it does nothing (and costs nothing). */
+enum { TN_SYNC_ALLREDUCE, TN_SYNC_REDUCE_SCATTER, TN_SYNC_REDUCE_SCATTER_RELEASE, TN_SYNC_COMPRESSED, TN_SYNC_LOCAL };
+/* NULL with tn_err on a bad size. With one rank (one rank per machine: machine-local) it does nothing (and
+ * costs nothing). */
 tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes, int mode);
+/* TN_SYNC_COMPRESSED with this encoding; NULL + tn_err when the machines' rank counts differ. */
+tn_grad_sync *tn_grad_sync_create_compressed(tn_comm *c, tn_model *m, size_t bucket_bytes, tn_codec codec);
+/* Compressed: this rank's residual floats (its part of every bucket, in slab order) into out (NULL: only
+ * count them); set copies them back. The count, 0 without compression. */
+size_t tn_grad_sync_residual(const tn_grad_sync *s, float *out);
+void tn_grad_sync_set_residual(tn_grad_sync *s, const float *in);
 void tn_grad_sync_free(tn_grad_sync *s);
 /* The next backward is the step's last micro-batch: launch buckets as they complete. */
 void tn_grad_sync_arm(tn_grad_sync *s);

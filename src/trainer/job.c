@@ -20,6 +20,7 @@
 #include "outputs/tensorboard.h"
 #include "trainer/checkpoint.h"
 #include "trainer/demo_eval.h"
+#include "trainer/diloco.h"
 #include "trainer/memory_check.h"
 #include "trainer/recipe.h"
 #include "trainer/replica.h"
@@ -184,12 +185,34 @@ static void print_banner(const tn_train_config *cfg, const tn_model *m, const tn
            spin ? "GOMP_SPINCOUNT=" : "", spin ? spin : (policy ? "" : "libgomp default"));
     if (t->comm && t->world > 1) {
         const tn_comm_info *in = tn_comm_get_info(t->comm);
-        printf("tandem: data parallel over %d rank(s) on %d machine(s)%s; gradients all-reduced once per step "
-               "in %d bucket(s) of <= %.3g MB\n",
-               in->size, in->n_nodes, in->n_nodes > 1 ? " (hierarchical: inside each machine first)" : "",
-               (int)((m->n_trainable * sizeof(float) + (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0) - 1) /
-                     (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0)),
-               cfg->ddp_bucket_cap_mb);
+        static const char *const codec[] = {"fp32", "bf16", "int8"};
+        double mb = tn_trainer_bytes_per_step(t) / 1e6;
+        if (t->diloco) {
+            printf("tandem: DiLoCo over %d machine(s) of %d rank(s): gradients summed inside each machine every step; "
+                   "every %d steps the pseudo-gradients (%s%s) are averaged between machines and applied by SGD, lr %g, "
+                   "momentum %g%s, %s; %.3g MB per step sent by each machine\n",
+                   in->n_nodes, in->local_size, cfg->diloco_inner_steps, codec[t->codec],
+                   t->codec ? ", error feedback" : "", cfg->diloco_outer_lr, cfg->diloco_outer_momentum,
+                   cfg->diloco_nesterov ? " (Nesterov)" : "",
+                   cfg->diloco_overlap ? "one round late (the exchange overlaps the next round)" : "every machine waiting for it",
+                   mb);
+        } else {
+            printf("tandem: data parallel over %d rank(s) on %d machine(s)%s; gradients all-reduced once per step "
+                   "in %d bucket(s) of <= %.3g MB\n",
+                   in->size, in->n_nodes, in->n_nodes > 1 ? " (hierarchical: inside each machine first)" : "",
+                   (int)((m->n_trainable * sizeof(float) + (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0) - 1) /
+                         (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0)),
+                   cfg->ddp_bucket_cap_mb);
+            if (t->codec)
+                printf("tandem: gradients cross between machines as %s with error feedback: %.3g MB per step sent by "
+                       "each machine (fp32: %.3g MB)\n", codec[t->codec], mb,
+                       2.0 * (in->n_nodes - 1) / in->n_nodes * m->n_trainable * 4 / 1e6);
+        }
+        if (cfg->comm_compression && in->n_nodes == 1)
+            printf("tandem: note: comm_compression: one machine, nothing crosses a network: exchanged in fp32\n");
+        if (t->balance)
+            printf("tandem: balance_ranks: each rank's share of the global batch of %d follows its measured speed "
+                   "(measured every 4 steps)\n", t->world * t->micro_batch * t->accum);
     }
     fflush(stdout);
 }
@@ -265,6 +288,15 @@ static int save_checkpoint(const job_ctx *j) {
         if (rc == 0 && with_opt) rc = agree(j->comm, tn_zero_save_moments(z, t->opt, tmp));
         if (rc == 0) rc = agree(j->comm, tn_zero_full(z));
     }
+    /* the exchange's own state (residuals, shares, DiLoCo); the weights saved are DiLoCo's consensus */
+    int swapped = 0;
+    if (!z && with_opt) {
+        rc = agree(j->comm, rc);
+        if (rc == 0) rc = agree(j->comm, tn_trainer_save_begin(t, tmp)), swapped = 1;
+    } else if (!z && t->diloco) {
+        rc = agree(j->comm, rc);
+        if (rc == 0) tn_diloco_swap(t->diloco), swapped = 1; /* weights only: the consensus */
+    }
     if (j->lead) {
         if (rc == 0) {
             rc = tn_checkpoint_commit(j->cfg->output_dir, tmp, t->model, with_opt && !z ? t->opt : NULL, &st,
@@ -277,6 +309,7 @@ static int save_checkpoint(const job_ctx *j) {
         tn_comm_busy(j->comm, 0);
     }
     if (z) tn_zero_end_full(z);
+    if (swapped) tn_trainer_save_end(t);
     return agree(j->comm, rc < 0 ? rc : 0);
 }
 
@@ -372,81 +405,113 @@ static int eval_during_training(job_ctx *j, int tty, double *seconds) {
     return 0;
 }
 
+/* The training loop's accounting between two log lines. */
+typedef struct {
+    int tty, bad, slow_rank, slow_streak, cap;
+    double window_loss, last, window_compute, window_eval;
+    int64_t window_tokens, window_seen, global;
+    double *done_at; /* [cap]: when step s ended, at s mod cap (DiLoCo's numbers come up to two rounds later) */
+} loop_state;
+
+/* One step whose numbers are final (DiLoCo: summed over machines): the bad-step count, the windows, the log
+ * line and the progress bar. 0, or what train_loop returns. */
+static int take_final(job_ctx *j, loop_state *L, const tn_step_stats *fs) {
+    const tn_train_config *cfg = j->cfg;
+    tn_trainer *t = j->t;
+    if (fs->skipped) {
+        if (j->lead && t->diloco)
+            fprintf(stderr, "tandem: warning: step %d: non-finite loss or gradient on %d machine(s); skipped there\n",
+                    fs->step, fs->skipped);
+        if (++L->bad >= cfg->max_bad_steps)
+            return tn_err("%d consecutive steps had a non-finite loss or gradient (max_bad_steps %d): stopping at "
+                          "step %d; lower learning_rate or check the data", L->bad, cfg->max_bad_steps, fs->step),
+                   j->lead ? -1 : -2;
+        return 0;
+    }
+    L->bad = 0;
+    L->window_loss += fs->loss * (double)fs->tokens;
+    L->window_tokens += fs->tokens;
+    L->window_seen += fs->seen;
+    j->loss_sum += fs->loss * (double)fs->tokens;
+    j->loss_tokens += fs->tokens;
+    int log_now = fs->step % cfg->logging_steps == 0 || fs->step == t->total_steps ||
+                  (cfg->logging_first_step && fs->step == 1);
+    double ended = L->done_at[fs->step % L->cap];
+    if (log_now || (L->tty && j->lead)) { /* a terminal's bar moves every step; the logs every logging step */
+        double elapsed = ended - j->t0, train_s = ended - L->last - L->window_eval;
+        int done = fs->step - j->start_step;
+        tn_log_step ls = {.step = fs->step, .total_steps = t->total_steps,
+                          .loss = L->window_loss / (double)(L->window_tokens ? L->window_tokens : 1),
+                          .grad_norm = cfg->max_grad_norm > 0 ? fs->grad_norm : -1, .learning_rate = fs->lr,
+                          .epoch = t->data->n ? (double)fs->step * (double)L->global / t->data->n : 0,
+                          .elapsed_s = elapsed, .remaining_s = done > 0 ? elapsed / done * (t->total_steps - fs->step) : 0,
+                          .tokens_per_s = train_s > 0 ? (double)L->window_seen / train_s : 0};
+        if (j->lead && log_now && tn_run_log_step(j->log, &ls) != 0) return agree(j->comm, -1);
+        if (j->lead) tn_progress_print(&ls, L->tty);
+    }
+    if (log_now) {
+        /* with balance_ranks the ranks' compute times differ by design; the shares say who is slow */
+        if (t->world > 1 && !t->balance && name_slow_rank(j, L->window_compute, &L->slow_rank, &L->slow_streak) != 0)
+            return agree(j->comm, -1);
+        L->window_loss = 0, L->window_tokens = 0, L->window_seen = 0, L->window_compute = 0, L->window_eval = 0;
+        L->last = ended;
+    }
+    return 0;
+}
+
 static int train_loop(job_ctx *j) {
     const tn_train_config *cfg = j->cfg;
     tn_trainer *t = j->t;
     /* TANDEM_TTY=1|0 says whether a terminal is at the end: under mpirun a rank's stdout is a pty even when
      * mpirun writes to a file, so the launcher sets it; without it, stdout itself tells */
     const char *tty_env = getenv("TANDEM_TTY");
-    const int tty = tty_env && *tty_env ? strcmp(tty_env, "1") == 0
-                                        : !getenv("OMPI_COMM_WORLD_SIZE") && isatty(fileno(stdout));
-    double window_loss = 0, last = tn_now(), window_compute = 0, window_eval = 0;
-    int slow_rank = -1, slow_streak = 0;
-    int64_t window_tokens = 0, window_seen = 0;
-    int bad = 0;
-    if (j->eval && cfg->eval_on_start && t->step == 0) {
-        int rc = eval_during_training(j, tty, &window_eval);
-        if (rc) return rc;
-    }
-    while (t->step < t->total_steps) {
-        tn_step_stats st;
+    loop_state L = {.tty = tty_env && *tty_env ? strcmp(tty_env, "1") == 0
+                                               : !getenv("OMPI_COMM_WORLD_SIZE") && isatty(fileno(stdout)),
+                    .slow_rank = -1, .last = tn_now(), .global = (int64_t)t->world * t->micro_batch * t->accum,
+                    .cap = (t->diloco ? 2 * cfg->diloco_inner_steps : 1) + 2};
+    L.done_at = tn_xmalloc((size_t)L.cap * sizeof *L.done_at);
+    int rc = 0;
+    if (j->eval && cfg->eval_on_start && t->step == 0) rc = eval_during_training(j, L.tty, &L.window_eval);
+    while (rc == 0 && t->step < t->total_steps) {
+        tn_step_stats st, fs;
         double step_t0 = tn_now();
         int step_rc = tn_trainer_step(t, &st);
-        window_compute += tn_now() - step_t0 - (step_rc == 0 ? st.comm_wait : 0);
-        if (step_rc != 0) { /* every rank sees the same summed gradient: all skip together */
-            if (j->lead) fprintf(stderr, "tandem: warning: %s\n", tn_errmsg());
-            if (++bad >= cfg->max_bad_steps)
-                return tn_err("%d consecutive steps had a non-finite loss or gradient (max_bad_steps %d): stopping at "
-                              "step %d; lower learning_rate or check the data", bad, cfg->max_bad_steps, t->step),
-                       j->lead ? -1 : -2;
-            continue;
+        if (step_rc == -2) {
+            rc = -1; /* an exchange failed: this rank says which */
+            break;
         }
-        bad = 0;
-        window_loss += st.loss * (double)st.tokens;
-        window_tokens += st.tokens;
-        window_seen += st.seen;
-        j->loss_sum += st.loss * (double)st.tokens;
-        j->loss_tokens += st.tokens;
-        j->comm_wait += st.comm_wait;
-        int log_now = t->step % cfg->logging_steps == 0 || t->step == t->total_steps ||
-                      (cfg->logging_first_step && t->step == 1);
-        if (log_now || (tty && j->lead)) { /* a terminal's bar moves every step; the logs every logging step */
-            double now = tn_now(), elapsed = now - j->t0, train_s = now - last - window_eval;
-            int done = t->step - j->start_step;
-            tn_log_step ls = {.step = t->step, .total_steps = t->total_steps,
-                              .loss = window_loss / (double)(window_tokens ? window_tokens : 1),
-                              .grad_norm = cfg->max_grad_norm > 0 ? st.grad_norm : -1, .learning_rate = st.lr,
-                              .epoch = epoch_of(t), .elapsed_s = elapsed,
-                              .remaining_s = done ? elapsed / done * (t->total_steps - t->step) : 0,
-                              .tokens_per_s = train_s > 0 ? (double)window_seen / train_s : 0};
-            if (j->lead && log_now && tn_run_log_step(j->log, &ls) != 0) return agree(j->comm, -1);
-            if (j->lead) tn_progress_print(&ls, tty);
+        L.done_at[t->step % L.cap] = tn_now();
+        L.window_compute += tn_now() - step_t0 - (step_rc == 0 ? st.comm_wait : 0);
+        if (step_rc == 0) j->comm_wait += st.comm_wait;
+        /* plain data parallelism: every rank sees the same summed gradient, so all skip together */
+        if (step_rc != 0 && j->lead && !t->diloco) fprintf(stderr, "tandem: warning: %s\n", tn_errmsg());
+        if (t->note[0]) {
+            if (j->lead) printf("tandem: %s\n", t->note);
+            t->note[0] = 0;
         }
-        if (log_now) {
-            if (t->world > 1 && name_slow_rank(j, window_compute, &slow_rank, &slow_streak) != 0) return agree(j->comm, -1);
-            window_loss = 0, window_tokens = 0, window_seen = 0, last = tn_now(), window_compute = 0, window_eval = 0;
-        }
+        while (rc == 0 && tn_trainer_next_logged(t, &fs)) rc = take_final(j, &L, &fs);
+        if (rc) break;
         int epoch_end = epoch_ended(t);
         if (j->eval && t->step < t->total_steps &&
             ((cfg->eval_strategy == TN_EVAL_STEPS && t->step % cfg->eval_steps == 0) ||
              (cfg->eval_strategy == TN_EVAL_EPOCH && epoch_end))) {
             double secs = 0;
-            int rc = eval_during_training(j, tty, &secs);
-            if (rc) return rc;
-            window_eval += secs;
+            rc = eval_during_training(j, L.tty, &secs);
+            L.window_eval += secs;
         }
         int save_now = cfg->save_strategy == TN_SAVE_STEPS
                            ? cfg->save_steps > 0 && (t->step % cfg->save_steps == 0 || t->step == t->total_steps)
                            : cfg->save_strategy == TN_SAVE_EPOCH && (epoch_end || t->step == t->total_steps);
-        if (save_now) {
-            int rc = save_checkpoint(j);
-            if (rc) return rc;
-        }
+        if (rc == 0 && save_now) rc = save_checkpoint(j);
     }
+    free(L.done_at);
+    if (rc) return rc;
     if (t->world > 1 && agree(j->comm, report_memory(j))) return -1;
     if (j->lead) {
         printf("tandem: trained %d steps in %.1f s", t->step - j->start_step, tn_now() - j->t0);
         if (t->world > 1) printf(", %.1f%% of it waiting for gradients", 100.0 * j->comm_wait / (tn_now() - j->t0));
+        double bytes = tn_trainer_bytes_per_step(t);
+        if (bytes > 0) printf("; %.3g MB per step sent by each machine", bytes / 1e6);
         printf("\n");
     }
     return 0;
@@ -573,6 +638,12 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     if (rc == 0 && t->zero_stage) { /* every rank holds rank 0's whole model now: keep the shard */
         tn_trainer_shard(t);
         if (t->opt->step > 0) rc = agree(comm, tn_zero_load_moments(t->zero, t->opt, resume_dir));
+    }
+    if (rc == 0) tn_trainer_start(t);
+    if (rc == 0 && t->step > 0 && !t->zero_stage) { /* residuals, shares, DiLoCo's state */
+        rc = agree(comm, tn_trainer_load_state(t, resume_dir));
+        if (rc == 0 && lead && t->note[0]) printf("tandem: %s\n", t->note);
+        t->note[0] = 0;
     }
     job_ctx j = {.cfg = cfg, .t = t, .comm = comm, .lead = lead, .config_fingerprint = config_fingerprint,
                  .recipe = recipe, .eval = eval.n > 0 && !is_demo(cfg) ? &eval : NULL};
