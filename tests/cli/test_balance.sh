@@ -1,0 +1,71 @@
+#!/bin/sh
+# balance_ranks: a rank made three times slower from step 5 on (TANDEM_FAULT_SLOW=1:5:3: before each
+# micro-batch it sleeps twice what the previous one computed, so its gradients come late as a slow
+# processor's would) is rebalanced: the log names it and the samples per step move to the fast rank (from
+# 32 / 32 to at least 40 / 24 of the global 64), while the global batch and the result stay what they are:
+# the balanced run equals the homogeneous run (the same 2 ranks, 32 / 32 throughout) within the
+# split-invariance bound of test_dp_split.sh (1e-6; lora_B 1e-5), full and LoRA with dropout and gradient
+# accumulation, and a resumed balanced run too (the shares are in the checkpoint). The samples then go where the time is: the wall time
+# of the slow-rank run with balancing is below the one without.
+set -u
+. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
+BIN=${TANDEM_BIN:?}
+EX=${TANDEM_TESTS_DIR:?}/../examples
+need_mpirun test_balance
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1
+T=$(mktemp -d /tmp/tandem-balance-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fails=0 checks=0
+COMMON="max_steps=40 logging_steps=10 learning_rate=1e-3 warmup_ratio=0"
+
+run() { # name ranks slow key=value...
+  name=$1 n=$2 slow=$3; shift 3
+  start=$(date +%s.%N)
+  timeout 300 mpirun -n "$n" --bind-to none -x OMP_NUM_THREADS -x TANDEM_FAULT_SLOW="$slow" "$BIN" train \
+    "$EX/demo_addition.yaml" $COMMON output_dir="$T/$name" "$@" >"$T/$name.log" 2>&1 \
+    || { echo "run $name failed:"; tail -n 20 "$T/$name.log"; }
+  echo "$(date +%s.%N) - $start" | bc >"$T/$name.time"
+}
+
+run even 2 none per_device_train_batch_size=32
+run slow 2 1:5:3 per_device_train_batch_size=32
+run slow-bal 2 1:5:3 per_device_train_batch_size=32 balance_ranks=true
+grep "balance" "$T/slow-bal.log"
+check 'grep -q "balance_ranks: each rank.s share of the global batch of 64 follows its measured speed" "$T/slow-bal.log"'
+check 'grep -q "balance: step [0-9]*: rank 1 on host .* computes 0.[0-9]*x as fast as rank 0; samples per step by rank now" "$T/slow-bal.log"'
+last=$(grep "samples per step by rank now" "$T/slow-bal.log" | tail -1 | sed 's/.*now \([0-9]*\) \([0-9]*\) (.*/\1 \2/')
+echo "last split: $last"
+check '[ "$(echo $last | cut -d" " -f1)" -ge 40 ] && [ $(( $(echo $last | tr " " "+") )) -eq 64 ]'
+w=$(worst "$T/slow-bal" "$T/even")
+echo "balanced (slow rank) vs even: worst rel L2 $w"
+check 'within $w 1e-6'
+# the comparison can fail: the unbalanced slow run is the even run, bit for bit (the slowness moves no sample)
+check 'cmp -s "$T/slow/model.safetensors" "$T/even/model.safetensors"'
+ts=$(cat "$T/slow.time") tb=$(cat "$T/slow-bal.time")
+echo "wall time with the slow rank: unbalanced $ts s, balanced $tb s"
+check 'awk -v a="$tb" -v b="$ts" "BEGIN { exit !(a < b) }"'
+
+# LoRA with dropout and accumulation: the masks are drawn per global row, whatever the split
+LORA="finetuning_type=lora lora_rank=4 lora_dropout=0.1 gradient_accumulation_steps=2"
+run lora-even 2 none per_device_train_batch_size=16 $LORA
+run lora-bal 2 1:5:3 per_device_train_batch_size=16 $LORA balance_ranks=true
+a=$(worst "$T/lora-bal" "$T/lora-even" '.' 'lora_B') b=$(worst "$T/lora-bal" "$T/lora-even" 'lora_B')
+echo "LoRA balanced vs even: $a (lora_B $b)"
+check 'within $a 1e-6'
+check 'within $b 1e-5'
+check 'grep -q "samples per step by rank now" "$T/lora-bal.log"'
+
+# resume: the shares come back from the checkpoint, the result stays within the bound
+run ra 2 1:5:3 per_device_train_batch_size=32 balance_ranks=true save_steps=20 overwrite_output_dir=false
+mkdir -p "$T/rb" && cp -r "$T/ra/checkpoint-20" "$T/rb/"
+run rb 2 1:5:3 per_device_train_batch_size=32 balance_ranks=true save_steps=20 overwrite_output_dir=false
+check 'grep -q "resuming from .*checkpoint-20" "$T/rb.log"'
+check '[ -f "$T/ra/checkpoint-20/sync-state.safetensors" ]'
+r=$(worst "$T/rb" "$T/even")
+echo "resumed balanced run vs even: $r"
+check 'within $r 1e-6'
+
+[ "$fails" -eq 0 ] || tail -n 30 "$T"/*.log
+echo "test_balance: $checks checks, $fails failed"
+[ "$fails" -eq 0 ]
