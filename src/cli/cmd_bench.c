@@ -5,7 +5,11 @@
  *   full 6 N T + 12 L D S T ;  LoRA (4 N + 6 N_lora) T + 12 L D S T ; N = base params minus the embedding.
  * Threads come from OMP_NUM_THREADS (OpenBLAS is the OpenMP build and follows it). --dist: one rank of a
  * data-parallel run under mpirun; --zero N: sharded as ZeRO stage N (zero.h), the trainer's step; --trace:
- * every rank prints each step's phases to stderr. */
+ * every rank prints each step's phases to stderr; --compress bf16|int8: gradients between machines encoded
+ * (grad_sync.h); --diloco H: sync_mode diloco with H inner steps (diloco.h; --compress then encodes the
+ * pseudo-gradients, --no-overlap waits for each exchange). The JSON line has the median and the mean step
+ * (a DiLoCo round's end costs more than its other steps: the mean over whole rounds is the throughput) and
+ * the bytes each machine sends per step. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +21,8 @@
 #include "comm/comm.h"
 #include "core/core.h"
 #include "launch/pernode.h"
+#include "comm/exchange.h"
+#include "trainer/diloco.h"
 #include "trainer/grad_sync.h"
 #include "model/model.h"
 #include "trainer/optimizer.h"
@@ -60,8 +66,9 @@ static double median(double *v, int n) {
 
 static int bench_train(int argc, char **argv) {
     const char *name = "tiny";
-    int lora = 0, steps = 0, warmup = 2, dist = 0, trace = 0, stage = 0;
-    double bucket_mb = 4;
+    int lora = 0, steps = 0, warmup = 2, dist = 0, trace = 0, stage = 0, inner = 0, overlap = 1;
+    double bucket_mb = 4, outer_lr = 0.7, outer_mom = 0.9;
+    tn_codec codec = TN_CODEC_FP32;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) name = argv[++i];
         else if (strcmp(argv[i], "--lora") == 0) lora = 1;
@@ -71,6 +78,13 @@ static int bench_train(int argc, char **argv) {
         else if (strcmp(argv[i], "--trace") == 0) trace = 1;
         else if (strcmp(argv[i], "--bucket-mb") == 0 && i + 1 < argc) bucket_mb = atof(argv[++i]);
         else if (strcmp(argv[i], "--zero") == 0 && i + 1 < argc) stage = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--diloco") == 0 && i + 1 < argc) inner = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--outer-lr") == 0 && i + 1 < argc) outer_lr = atof(argv[++i]);
+        else if (strcmp(argv[i], "--outer-momentum") == 0 && i + 1 < argc) outer_mom = atof(argv[++i]);
+        else if (strcmp(argv[i], "--no-overlap") == 0) overlap = 0;
+        else if (strcmp(argv[i], "--compress") == 0 && i + 1 < argc) {
+            if (tn_codec_parse(argv[++i], &codec) != 0) return tn_err("bench train: --compress expects bf16 or int8");
+        }
         else return tn_err("bench train: unexpected argument '%s'", argv[i]);
     }
     tn_model_config c;
@@ -85,10 +99,25 @@ static int bench_train(int argc, char **argv) {
     tn_model *m = tn_model_create(&c, lora ? &lc : NULL, tn_backend_cpu());
     tn_model_init_random(m, 0);
     if (stage < 0 || stage > 3 || (stage && !comm)) return tn_err("bench train: --zero expects 0..3, with --dist");
-    if (comm && in->size == 1) stage = 0;
+    if (comm && in->size == 1) stage = 0, inner = 0;
+    if (stage && (inner || codec)) return tn_err("bench train: --zero goes with neither --diloco nor --compress");
+    if (!comm || in->n_nodes == 1) codec = TN_CODEC_FP32; /* nothing crosses between machines */
     int mode = stage == 0 ? TN_SYNC_ALLREDUCE : stage == 1 ? TN_SYNC_REDUCE_SCATTER : TN_SYNC_REDUCE_SCATTER_RELEASE;
-    tn_grad_sync *sync = comm ? tn_grad_sync_create(comm, m, (size_t)(bucket_mb * 1048576.0), mode) : NULL;
+    size_t bucket = (size_t)(bucket_mb * 1048576.0);
+    tn_grad_sync *sync = !comm    ? NULL
+                         : inner  ? tn_grad_sync_create(comm, m, bucket, TN_SYNC_LOCAL)
+                         : codec  ? tn_grad_sync_create_compressed(comm, m, bucket, codec)
+                                  : tn_grad_sync_create(comm, m, bucket, mode);
     if (comm && !sync) return -1;
+    tn_diloco_config dc = {.inner_steps = inner, .outer_lr = outer_lr, .outer_momentum = outer_mom, .nesterov = 1,
+                           .overlap = overlap, .codec = codec};
+    tn_diloco *dl = inner ? tn_diloco_create(comm, m, &dc) : NULL;
+    if (inner && !dl) return -1;
+    if (dl) tn_diloco_start(dl); /* every rank drew the same weights (seed 0) */
+    double sent = 0; /* bytes one machine sends per step */
+    if (dl) sent = (double)tn_diloco_round_bytes(dl) / inner;
+    else if (comm && codec) sent = (double)tn_grad_sync_get_stats(sync)->bytes;
+    else if (comm && in->n_nodes > 1) sent = 2.0 * (in->n_nodes - 1) / in->n_nodes * m->n_trainable * 4.0;
     tn_acts *a = tn_acts_create(m, B, S, 0);
     size_t lo = 0, len = m->n_trainable;
     if (stage) tn_comm_shard(comm, m->n_trainable, in->rank, &lo, &len);
@@ -116,6 +145,12 @@ static int bench_train(int argc, char **argv) {
         else tn_clip_grad_norm(m, 0);
         tn_adamw_step(o, m, &h, 1e-4);
         if (z) tn_zero_after_update(z);
+        if (dl) { /* steady state: no final synchronous round */
+            tn_diloco_step ds = {.step = i + 1, .loss_sum = loss, .tokens = 1, .seen = (double)T, .grad_norm = 1};
+            if (tn_diloco_step_done(dl, &ds, 0) != 0) return -1;
+            while (tn_diloco_pop(dl, &ds)) {
+            }
+        }
         if (trace) /* every rank: tells a slow rank (its peers wait) from a slow link (everyone waits) */
             fprintf(stderr, "rank %d step %d: forward+backward %.1f ms (first bucket at %.1f), wait %.1f, optimizer %.1f\n",
                     in ? in->rank : 0, i, 1e3 * (t1 - t0), sync ? 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s : 0,
@@ -124,6 +159,8 @@ static int bench_train(int argc, char **argv) {
         if (i >= warmup && sync) wait[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->wait_s;
         if (i >= warmup && sync) first[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s;
     }
+    double mean = 0;
+    for (int i = 0; i < steps; i++) mean += ms[i] / steps;
     double med = median(ms, steps); /* sorts: ms[0] is then the fastest step */
     /* model state this rank holds after the last step (page residency): trainable parameters, gradients, AdamW */
     const tn_backend *be = m->be;
@@ -144,16 +181,17 @@ static int bench_train(int argc, char **argv) {
                "\"ms_step\":%.2f,\"ms_min\":%.2f,\"tok_s\":%.1f,\"gflops\":%.2f,\"flops_per_step\":%.0f,"
                "\"peak_rss_mb\":%.1f,\"acts_mb\":%.1f,\"loss\":%.5f,\"ranks\":%d,\"nodes\":%d,"
                "\"grad_mb\":%.2f,\"comm_wait_ms\":%.2f,\"first_grad_ms\":%.2f,\"zero\":%d,\"trainable\":%zu,"
-               "\"state_mb\":%.2f}\n",
+               "\"state_mb\":%.2f,\"ms_mean\":%.2f,\"diloco\":%d,\"compress\":\"%s\",\"sent_mb_step\":%.3f}\n",
                name, lora ? "-lora" : "", omp_get_max_threads(), B, S, steps, med, ms[0], (double)T / (med / 1e3),
                flops / (med / 1e3) / 1e9, flops, peak_rss_mb(), tn_acts_bytes(a) / 1048576.0, loss,
                in ? in->size : 1, in ? in->n_nodes : 1, m->n_trainable * 4.0 / 1048576.0, median(wait, steps),
-               median(first, steps), stage, m->n_trainable, state_mb);
+               median(first, steps), stage, m->n_trainable, state_mb, mean, inner, tn_codec_name(codec), sent / 1e6);
     fflush(stdout);
     free(ms);
     free(wait);
     free(first);
     tn_zero_free(z);
+    tn_diloco_free(dl);
     tn_grad_sync_free(sync);
     free(ids);
     tn_adamw_free(o);

@@ -293,7 +293,7 @@ double tn_trainer_bytes_per_step(const tn_trainer *t) {
     if (!t->comm || t->world == 1 || tn_comm_get_info(t->comm)->n_nodes == 1) return 0;
     if (t->diloco) return (double)tn_diloco_round_bytes(t->diloco) / t->cfg->diloco_inner_steps;
     const tn_comm_info *in = tn_comm_get_info(t->comm);
-    if (t->codec != TN_CODEC_FP32) return (double)tn_grad_sync_get_stats(t->sync)->bytes * in->local_size;
+    if (t->codec != TN_CODEC_FP32) return (double)tn_grad_sync_get_stats(t->sync)->bytes; /* the machine's */
     /* the leaders' ring all-reduce: 2 (M-1) / M of the gradients leave each machine */
     return 2.0 * (in->n_nodes - 1) / in->n_nodes * (double)t->model->n_trainable * sizeof(float);
 }
