@@ -145,6 +145,7 @@ static int bench_train(int argc, char **argv) {
         else tn_clip_grad_norm(m, 0);
         tn_adamw_step(o, m, &h, 1e-4);
         if (z) tn_zero_after_update(z);
+        double t3 = tn_now();
         if (dl) { /* steady state: no final synchronous round */
             tn_diloco_step ds = {.step = i + 1, .loss_sum = loss, .tokens = 1, .seen = (double)T, .grad_norm = 1};
             if (tn_diloco_step_done(dl, &ds, 0) != 0) return -1;
@@ -152,9 +153,10 @@ static int bench_train(int argc, char **argv) {
             }
         }
         if (trace) /* every rank: tells a slow rank (its peers wait) from a slow link (everyone waits) */
-            fprintf(stderr, "rank %d step %d: forward+backward %.1f ms (first bucket at %.1f), wait %.1f, optimizer %.1f\n",
-                    in ? in->rank : 0, i, 1e3 * (t1 - t0), sync ? 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s : 0,
-                    1e3 * (t2 - t1), 1e3 * (tn_now() - t2));
+            fprintf(stderr, "rank %d step %d: forward+backward %.1f ms (first bucket at %.1f), wait %.1f, optimizer %.1f, "
+                    "outer %.1f\n", in ? in->rank : 0, i, 1e3 * (t1 - t0),
+                    sync ? 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s : 0, 1e3 * (t2 - t1), 1e3 * (t3 - t2),
+                    1e3 * (tn_now() - t3));
         if (i >= warmup) ms[i - warmup] = 1e3 * (tn_now() - t0);
         if (i >= warmup && sync) wait[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->wait_s;
         if (i >= warmup && sync) first[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s;

@@ -290,10 +290,10 @@ static int save_checkpoint(const job_ctx *j) {
     }
     /* the exchange's own state (residuals, shares, DiLoCo); the weights saved are DiLoCo's consensus */
     int swapped = 0;
-    if (!z && with_opt) {
+    if (with_opt) {
         rc = agree(j->comm, rc);
         if (rc == 0) rc = agree(j->comm, tn_trainer_save_begin(t, tmp)), swapped = 1;
-    } else if (!z && t->diloco) {
+    } else if (t->diloco) {
         rc = agree(j->comm, rc);
         if (rc == 0) tn_diloco_swap(t->diloco), swapped = 1; /* weights only: the consensus */
     }
@@ -640,7 +640,7 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
         if (t->opt->step > 0) rc = agree(comm, tn_zero_load_moments(t->zero, t->opt, resume_dir));
     }
     if (rc == 0) tn_trainer_start(t);
-    if (rc == 0 && t->step > 0 && !t->zero_stage) { /* residuals, shares, DiLoCo's state */
+    if (rc == 0 && t->step > 0) { /* residuals, shares, DiLoCo's state */
         rc = agree(comm, tn_trainer_load_state(t, resume_dir));
         if (rc == 0 && lead && t->note[0]) printf("tandem: %s\n", t->note);
         t->note[0] = 0;
