@@ -67,7 +67,7 @@ static double median(double *v, int n) {
 static int bench_train(int argc, char **argv) {
     const char *name = "tiny";
     int lora = 0, steps = 0, warmup = 2, dist = 0, trace = 0, stage = 0, inner = 0, overlap = 1;
-    double bucket_mb = 4, outer_lr = 0.7, outer_mom = 0.9;
+    double bucket_mb = 4, outer_lr = 1.0, outer_mom = 0.0; /* train's defaults */
     tn_codec codec = TN_CODEC_FP32;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) name = argv[++i];

@@ -9,6 +9,7 @@
  * error feedback) and the outer optimizer, SGD with Nesterov momentum as in the DiLoCo paper, moves the
  * consensus g, which every machine holds bit-identical:
  *   v = mu v + D_mean;  g -= lr_outer (D_mean + mu v)    (without Nesterov: g -= lr_outer v)
+ * (lr_outer 1, mu 0, tandem's defaults: g moves by the mean progress, local SGD's averaging.)
  * Overlap (diloco_overlap: true, the default; "one round late" as streaming / eager DiLoCo apply it): at the
  * end of round k each machine starts D_k's exchange in the background, applies round k-1's mean (whose
  * exchange ran during round k) to g, and goes on from x = g - D_k: the agreed parameters plus its own progress

@@ -66,7 +66,7 @@ d=$(worst "$T/dl-2x1" "$T/plain-2x1")
 echo "DiLoCo 2 machines x 2 ranks vs x 1 rank: $h; DiLoCo vs plain DP after 12 steps: $d (not equal: a real difference)"
 check 'within $h 1e-6'
 check 'within 1e-4 $d'
-check 'grep -q "DiLoCo over 2 machine(s) of 1 rank(s): .* every 4 steps .* lr 0.7, momentum 0.9 (Nesterov), one round late" "$T/dl-2x1.log"'
+check 'grep -q "DiLoCo over 2 machine(s) of 1 rank(s): .* every 4 steps .* lr 1, momentum 0 (Nesterov), one round late" "$T/dl-2x1.log"'
 check '[ "$(losses "$T/dl-2x1" | head -1)" = "$(losses "$T/plain-2x1" | head -1)" ]'
 check '[ "$(losses "$T/dl-2x1" | sed "s/.*current_steps\": \([0-9]*\),.*/\1/" | tr "\n" " ")" = "1 2 3 4 5 6 7 8 9 10 11 12 " ]'
 losses "$T/dl-2x1" | head -1
