@@ -59,6 +59,11 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
+def load():
+    """The 1-minute load average: this machine's other tenants show up in it (ours adds up to 2)."""
+    return float(open("/proc/loadavg").read().split()[0])
+
+
 def expand(args, H):
     return [a.replace("{H}", str(H)) for a in args]
 
@@ -69,15 +74,19 @@ def scaling(a, rate):
     rows, res = [], {}
     for cfg in a.configs.split(","):
         H = {"tiny": a.inner_tiny, "small": a.inner_small}[cfg]
-        steps = {"tiny": 3 * a.inner_tiny, "small": 3 * a.inner_small}[cfg]  # three whole rounds
-        bench = [BIN, "bench", "train", "--preset", cfg, "--steps", str(steps)]
-        t1 = bench_dp.tandem_json(bench_dp.run(["taskset", "-c", "0"] + bench))
+        rounds = ["--steps", str(3 * H)]  # DiLoCo: three whole rounds; plain DP: bench_dp's counts
+        plain = ["--steps", "10" if cfg == "tiny" else "4"]
+        bench = [BIN, "bench", "train", "--preset", cfg]
+        t1 = bench_dp.tandem_json(bench_dp.run(["taskset", "-c", "0"] + bench + rounds))
+        t1["load"] = load()
         res[(cfg, "T1")] = t1
         log(f"{cfg}: one rank {t1['ms_mean']:.0f} ms/step")
         for mode in a.modes.split(","):
             flags = expand(MODES[mode][0], H)
+            steps = rounds if "diloco" in mode else plain
             r = bench_dp.tandem_json(bench_dp.run([KIT, "mpirun", "-n", "2", "--map-by", "node", "-x", "OMP_NUM_THREADS",
-                                                   *PIN, *bench, "--dist", *flags]))
+                                                   *PIN, *bench, *steps, "--dist", *flags]))
+            r["load"] = load()
             res[(cfg, mode)] = r
             rows.append(dict(r, part="scaling", mode=mode, H=H if "diloco" in mode else 0, t1_ms=t1["ms_mean"],
                              link_MBps=rate[0], link_bidir_MBps=rate[1]))
@@ -96,8 +105,8 @@ def scaling(a, rate):
     print("\n### Weak scaling over the 100 Mbit/s link (2 machines, 1 rank each, full fine-tuning)\n")
     print(f"Link: one TCP stream {rate[0]:.2f} MB/s; one each way at once {rate[1]:.2f} MB/s.\n")
     print("| config | mode | T1 ms (1 rank) | T2 ms (2 machines, mean) | efficiency T1/T2 | MB sent per step "
-          "by each machine | link time of those bytes ms | PyTorch DDP T1 / T2 ms, efficiency |")
-    print("|---|---|---|---|---|---|---|---|")
+          "by each machine | link time of those bytes ms | PyTorch DDP T1 / T2 ms, efficiency | load average |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for cfg in a.configs.split(","):
         t1 = res[(cfg, "T1")]["ms_mean"]
         p1, p2 = torch.get((cfg, "base")), torch.get((cfg, "netns"))
@@ -107,7 +116,8 @@ def scaling(a, rate):
             H = {"tiny": a.inner_tiny, "small": a.inner_small}[cfg]
             name = mode + (f" (H {H})" if "diloco" in mode else "")
             print(f"| {cfg} | {name} | {t1:.0f} | {r['ms_mean']:.0f} | **{t1 / r['ms_mean']:.3f}** | "
-                  f"{r['sent_mb_step']:.2f} | {1e3 * r['sent_mb_step'] / rate[0]:.0f} | {pt if mode == 'ddp' else ''} |")
+                  f"{r['sent_mb_step']:.2f} | {1e3 * r['sent_mb_step'] / rate[0]:.0f} | {pt if mode == 'ddp' else ''} | "
+                  f"{res[(cfg, 'T1')]['load']:.1f} / {r['load']:.1f} |")
     return rows
 
 
@@ -182,7 +192,8 @@ def task_run(a, yaml, out, machines, keys):
     trained = re.search(r"trained (\d+) steps in ([0-9.]+) s", text)
     steps, secs = int(trained.group(1)), float(trained.group(2))
     evals = sum(runtime.values())
-    return dict(curve=curve, final=float(final.group(1)), steps=steps, train_s=secs, wall_s=wall,
+    curve.append((steps, steps * 4 * machines, secs - evals, float(final.group(1))))  # the final evaluation
+    return dict(curve=curve, final=float(final.group(1)), steps=steps, train_s=secs, wall_s=wall, load=load(),
                 ms_step=1e3 * (secs - evals) / steps, sent=re.search(r"([0-9.]+) MB per step sent", text))
 
 
@@ -196,7 +207,7 @@ def task(a):
         runs[mode] = task_run(a, yaml, os.path.join(d, mode), 2, keys)
         log(f"task: {mode}: eval {runs[mode]['final']:.4f}, {runs[mode]['ms_step']:.0f} ms/step")
     # the eval loss every run reaches, and when each reaches it (interpolated between evaluations)
-    target = max(min(e for _, _, _, e in r["curve"] + [(0, 0, 0, r["final"])]) for r in runs.values())
+    target = max(min(e for *_, e in r["curve"]) for r in runs.values())
 
     def reach(r):
         prev = None
@@ -213,15 +224,16 @@ def task(a):
           "parameters, 39 MB of gradients), full training, the same tokens in every run\n")
     print(f"Eval loss every run reaches: {target:.4f}.\n")
     print("| run | steps x samples | final eval loss | vs plain DP | mean step ms (eval excluded) | efficiency vs 1 "
-          "machine | MB sent per step by each machine | time to eval loss " + f"{target:.3f} s | vs 1 machine |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "machine | MB sent per step by each machine | time to eval loss " + f"{target:.3f} s | vs 1 machine | "
+          "load average |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, r in runs.items():
         rel = f"{100 * (r['final'] / ddp['final'] - 1):+.2f}%" if ddp and name != "1 machine" else "-"
         eff = f"{one['ms_step'] / r['ms_step']:.3f}" if name != "1 machine" else "1"
         t = reach(r)
         print(f"| {name} | {r['steps']} x {4 * (1 if name == '1 machine' else 2)} | {r['final']:.4f} | {rel} | "
               f"{r['ms_step']:.0f} | {eff} | {r['sent'].group(1) if r['sent'] else '0'} | {t:.0f} | "
-              f"{reach(one) / t:.2f}x |")
+              f"{reach(one) / t:.2f}x | {r['load']:.1f} |")
     if a.png:
         plot(runs, target, a.png)
     return [dict(part="task", run=name, **{k: v for k, v in r.items() if k != "sent"},
@@ -255,7 +267,8 @@ def plot(runs, target, path):
 
 def balance(a):
     d, yaml = task_setup(a)
-    keys = ["max_steps=60", "logging_steps=10", "eval_strategy=no", "val_size=0", "gradient_accumulation_steps=2"]
+    # global batch 16 (2 ranks x 4 x 2 accumulation): a share moves in steps of one sample, 1/16 of the batch
+    keys = [f"max_steps={a.balance_steps}", "logging_steps=10", "eval_strategy=no", "val_size=0", "gradient_accumulation_steps=2"]
 
     def tps(text, last=2):
         v = [float(x) for x in re.findall(r"\| ([0-9.]+) tok/s \|", text)]
@@ -270,15 +283,15 @@ def balance(a):
     try:
         alone1, _ = tps(bench_dp.run(["taskset", "-c", "1", BIN, "train", yaml, *keys, *out("b1")]))
         plain, _ = tps(bench_dp.run(["mpirun", "-n", "2", "--bind-to", "core", "--map-by", "core", "-x",
-                                     "OMP_NUM_THREADS", BIN, "train", yaml, *keys, "per_device_train_batch_size=2",
+                                     "OMP_NUM_THREADS", BIN, "train", yaml, *keys,
                                      *out("bplain")]))
     finally:
         hog.kill()
         hog.wait()
     # balanced: the busy loop starts once the run is under way
     p = subprocess.Popen(["mpirun", "-n", "2", "--bind-to", "core", "--map-by", "core", "-x", "OMP_NUM_THREADS", BIN,
-                          "train", yaml, *keys, "per_device_train_batch_size=2", "balance_ranks=true",
-                          "max_steps=100", *out("bbal")], env=ENV, stdout=subprocess.PIPE, text=True)
+                          "train", yaml, *keys, "balance_ranks=true",
+                          f"max_steps={a.balance_steps * 5 // 3}", *out("bbal")], env=ENV, stdout=subprocess.PIPE, text=True)
     time.sleep(a.balance_delay)
     hog = busy(1)
     try:
@@ -294,7 +307,7 @@ def balance(a):
     print("| run | tokens/s |\n|---|---|")
     print(f"| rank 0 alone (core 0) | {alone0:.0f} |\n| rank 1 alone (core 1, beside the busy loop) | {alone1:.0f} |")
     print(f"| sum of the two | {alone0 + alone1:.0f} |")
-    print(f"| data parallel, global batch 8, equal shares | {plain:.0f} ({plain / (alone0 + alone1):.3f} of the sum) |")
+    print(f"| data parallel, global batch 16, equal shares | {plain:.0f} ({plain / (alone0 + alone1):.3f} of the sum) |")
     print(f"| data parallel, balance_ranks, after rebalancing | **{bal:.0f} ({bal / (alone0 + alone1):.3f} of the sum)** |")
     print("\nThe balanced run's log (the busy loop started " + f"{a.balance_delay:.0f} s into it; tokens/s per window: "
           + ", ".join(f"{x:.0f}" for x in series) + "):\n")
@@ -308,10 +321,11 @@ def main():
     ap.add_argument("--configs", default="tiny,small")
     ap.add_argument("--modes", default="ddp,ddp-bf16,ddp-int8,diloco,diloco-int8")
     ap.add_argument("--inner-tiny", type=int, default=8)
-    ap.add_argument("--inner-small", type=int, default=4)
+    ap.add_argument("--inner-small", type=int, default=8)
     ap.add_argument("--inner-task", type=int, default=8)
     ap.add_argument("--epochs", type=float, default=2)
     ap.add_argument("--balance-delay", type=float, default=25)
+    ap.add_argument("--balance-steps", type=int, default=60)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--json", default="")
     ap.add_argument("--png", default="")
