@@ -94,6 +94,8 @@ static int bench_train(int argc, char **argv) {
     if (stage) tn_comm_shard(comm, m->n_trainable, in->rank, &lo, &len);
     tn_adamw *o = tn_adamw_create_range(m, lo, len);
     tn_zero *z = stage ? tn_zero_create(comm, m, stage) : NULL; /* every rank drew the same weights (seed 0) */
+    if (z) tn_zero_track_peak(z, 1);
+    double peak_state_mb = 0;
     tn_adamw_hparams h = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     int32_t *ids = tn_xmalloc((size_t)B * S * sizeof *ids);
     tn_rng rng;
@@ -121,6 +123,13 @@ static int bench_train(int argc, char **argv) {
                     in ? in->rank : 0, i, 1e3 * (t1 - t0), sync ? 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s : 0,
                     1e3 * (t2 - t1), 1e3 * (tn_now() - t2));
         if (i >= warmup) ms[i - warmup] = 1e3 * (tn_now() - t0);
+        if (z) { /* sampled inside the passes; outside them (after the update) too */
+            tn_zero_resident r;
+            tn_zero_resident_bytes(z, &r);
+            size_t inside = tn_zero_peak_bytes(z), now = r.params + r.grads;
+            double peak = (double)(inside > now ? inside : now);
+            if (i >= warmup && peak / 1048576.0 > peak_state_mb) peak_state_mb = peak / 1048576.0;
+        }
         if (i >= warmup && sync) wait[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->wait_s;
         if (i >= warmup && sync) first[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s;
     }
@@ -144,11 +153,11 @@ static int bench_train(int argc, char **argv) {
                "\"ms_step\":%.2f,\"ms_min\":%.2f,\"tok_s\":%.1f,\"gflops\":%.2f,\"flops_per_step\":%.0f,"
                "\"peak_rss_mb\":%.1f,\"acts_mb\":%.1f,\"loss\":%.5f,\"ranks\":%d,\"nodes\":%d,"
                "\"grad_mb\":%.2f,\"comm_wait_ms\":%.2f,\"first_grad_ms\":%.2f,\"zero\":%d,\"trainable\":%zu,"
-               "\"state_mb\":%.2f}\n",
+               "\"state_mb\":%.2f,\"peak_params_grads_mb\":%.2f}\n",
                name, lora ? "-lora" : "", omp_get_max_threads(), B, S, steps, med, ms[0], (double)T / (med / 1e3),
                flops / (med / 1e3) / 1e9, flops, peak_rss_mb(), tn_acts_bytes(a) / 1048576.0, loss,
                in ? in->size : 1, in ? in->n_nodes : 1, m->n_trainable * 4.0 / 1048576.0, median(wait, steps),
-               median(first, steps), stage, m->n_trainable, state_mb);
+               median(first, steps), stage, m->n_trainable, state_mb, peak_state_mb);
     fflush(stdout);
     free(ms);
     free(wait);
