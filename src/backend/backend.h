@@ -123,6 +123,8 @@ const tn_backend *tn_backend_cpu(void);
 const tn_backend *tn_backend_select(const char *device, int bf16, int local_rank);
 /* 1 when this build has the CUDA backend (CMake found nvcc). */
 int tn_backend_have_cuda(void);
+/* GPUs this process could use (0 without the CUDA backend, a driver or a visible device); opens nothing. */
+int tn_backend_gpu_count(void);
 /* Collective over c's ranks: attaches be's device memory to the comm layer (comm.h tn_comm_attach_device; a CPU
  * backend attaches none) so gradients and parameters can be exchanged from it. note: which path carries them. */
 struct tn_comm;

@@ -17,6 +17,14 @@ int tn_backend_have_cuda(void) {
 #endif
 }
 
+int tn_backend_gpu_count(void) {
+#ifdef TANDEM_HAVE_CUDA
+    return tn_cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
 const tn_backend *tn_backend_select(const char *device, int bf16, int local_rank) {
     int want_cuda = strcmp(device, "cuda") == 0, want_cpu = strcmp(device, "cpu") == 0;
     if (!want_cuda && !want_cpu && strcmp(device, "auto") != 0) {
