@@ -125,6 +125,8 @@ const tn_backend *tn_backend_select(const char *device, int bf16, int local_rank
 int tn_backend_have_cuda(void);
 /* GPUs this process could use (0 without the CUDA backend, a driver or a visible device); opens nothing. */
 int tn_backend_gpu_count(void);
+/* PCI bus id of the GPU that CUDA device `ordinal` is (tn_backend_select's local_rank mod count); -1 when none. */
+int tn_backend_gpu_bus_id(int ordinal, char *buf, int len);
 /* Collective over c's ranks: attaches be's device memory to the comm layer (comm.h tn_comm_attach_device; a CPU
  * backend attaches none) so gradients and parameters can be exchanged from it. note: which path carries them. */
 struct tn_comm;

@@ -25,6 +25,15 @@ int tn_backend_gpu_count(void) {
 #endif
 }
 
+int tn_backend_gpu_bus_id(int ordinal, char *buf, int len) {
+#ifdef TANDEM_HAVE_CUDA
+    return tn_cuda_pci_bus_id(ordinal, buf, len);
+#else
+    (void)ordinal, (void)buf, (void)len;
+    return -1;
+#endif
+}
+
 const tn_backend *tn_backend_select(const char *device, int bf16, int local_rank) {
     int want_cuda = strcmp(device, "cuda") == 0, want_cpu = strcmp(device, "cpu") == 0;
     if (!want_cuda && !want_cpu && strcmp(device, "auto") != 0) {

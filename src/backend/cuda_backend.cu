@@ -533,6 +533,14 @@ int tn_cuda_device_count(void) {
     return n;
 }
 
+int tn_cuda_pci_bus_id(int ordinal, char *buf, int len) {
+    if (cudaDeviceGetPCIBusId(buf, len, ordinal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
+
 const tn_backend *tn_backend_cuda(int device, int bf16) {
     if (g_cu.open) {
         if (device != g_cu.device || !!bf16 != g_cu.bf16) {

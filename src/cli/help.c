@@ -44,6 +44,11 @@ static const page PAGES[] = {
      "several machines (--hostfile, or NNODES per node) one column each, differences marked",
      "  --hostfile FILE       every host of a hostfile, side by side\n"
      "  --help, -h            this page\n"},
+    {"topo", NULL, "topo [--ranks N]",
+     "what connects this machine's GPUs (NVLink, PCIe switch, host bridge, NUMA node), as nvidia-smi topo -m, and\n"
+     "where tandem puts each local rank (its GPU, its cores); one line when there is no GPU or NVIDIA driver",
+     "  --ranks N       the placement of N local ranks (tandem launch -n N; default: one per visible GPU)\n"
+     "  --help, -h      this page\n"},
     {"export", NULL, "export [CONFIG.yaml] [key=value ...]",
      "merge adapter_name_or_path into model_name_or_path and write an HF model folder to export_dir",
      CONFIG_ARGS
