@@ -134,8 +134,11 @@ run() {
     one_test parity-cuda-bf16 120 env TANDEM_TEST_BACKEND=cuda-bf16 "$B/test_parity_fixtures"
     one_test comm-nccl-1rank 60 env TANDEM_COMM_BACKEND=nccl TANDEM_TEST_EXPECT_BACKEND=nccl "$B/test_gpu_comm"
     one_test topo 60 sh "$REPO/tests/gpu/test_gpu_topo.sh"
-    one_test train 420 sh "$REPO/tests/gpu/test_gpu_train.sh"
-    grep -h "^test_gpu\|^test_parity\|check failed\|^FAIL\|^demo\|^LoRA\|^full:\|^lora:\|held-out" "$OUT/tests.log" \
+    one_test dp-2-ranks-one-gpu 120 sh "$REPO/tests/gpu/test_gpu_dp.sh"
+    one_test train-demo-lora 240 sh "$REPO/tests/gpu/test_gpu_train.sh"
+    one_test compute-sanitizer 420 sh "$REPO/tests/gpu/test_gpu_sanitizer.sh"
+    grep -h "^test_gpu\|^test_parity\|check failed\|^FAIL\|^demo\|^LoRA\|^full:\|^lora:\|held-out\|check-.*: exit" \
+      "$OUT/tests.log" \
       | head -60 >>"$OUT/summary.txt"
   fi
   if [ "$PART" = all ] || [ "$PART" = bench ]; then

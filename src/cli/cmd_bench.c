@@ -123,6 +123,7 @@ static int bench_train(int argc, char **argv) {
     const tn_comm_info *in = comm ? tn_comm_get_info(comm) : NULL;
     const tn_backend *be_used = tn_backend_select(device, bf16, in ? in->local_rank : 0);
     if (!be_used) return tn_err("bench train: --device %s: %s", device, tn_errmsg());
+    if (comm && tn_backend_attach_comm(be_used, comm, NULL, 0) != 0) return -1; /* device gradients: NCCL or staged */
     tn_model *m = tn_model_create(&c, lora ? &lc : NULL, be_used);
     if (model_config) fast_init(m);
     else tn_model_init_random(m, 0);
