@@ -59,15 +59,20 @@ def main():
                 for s in ((0,) if n == 1 else (0, 1, 2, 3)):
                     rows.setdefault((n, s), []).append(local("small", n, s, a.steps))
         print("\nlocal, small preset (full fine-tuning), 1 thread per rank; model state per rank after the last step")
-        print("| ranks | stage | ms/step | vs stage 0 | peak RSS MB | model state MB | ZeRO formula MB | state / formula |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| ranks | stage | ms/step | vs stage 0 | peak RSS MB | model state MB after the step | ZeRO formula MB | "
+              "ratio | peak model state MB in the step | peak / formula |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for (n, s), rs in rows.items():
             ms = statistics.median(x["ms_step"] for x in rs)
             base = statistics.median(x["ms_step"] for x in rows[(n, 0)])
             rss = statistics.median(x["peak_rss_mb"] for x in rs)
             state = statistics.median(x["state_mb"] for x in rs)
             f = FORMULA[s](rs[0]["trainable"], n) / 1048576.0
-            print(f"| {n} | {s} | {ms:.0f} | {ms / base:.3f} | {rss:.0f} | {state:.1f} | {f:.1f} | {state / f:.3f} |")
+            # in the step: parameters + gradients sampled at every layer boundary, plus the (constant) AdamW shard
+            opt = 8.0 * rs[0]["trainable"] / (n if s else 1) / 1048576.0
+            peak = max(statistics.median(x["peak_params_grads_mb"] for x in rs) + opt, state) if s else state
+            print(f"| {n} | {s} | {ms:.0f} | {ms / base:.3f} | {rss:.0f} | {state:.1f} | {f:.1f} | {state / f:.3f} | "
+                  f"{peak:.1f} | {peak / f:.3f} |")
             if out:
                 for x in rs:
                     out.write(json.dumps(dict(x, phase="local", formula_mb=f)) + "\n")

@@ -4,14 +4,14 @@
 # safetensors headers), PCRE2 + utf8proc (tokenizer pre-split regexes, NFC). Tests: clang + compiler-rt
 # (ASan/UBSan build). Benchmarks: python3-torch with jemalloc (the PyTorch reference in ../shared/ref),
 # python3-matplotlib (the loss curves of bench/bench_lowcomm.py).
-# Comm layer: Open MPI (openmpi-bin, libopenmpi-dev); its netns test kit and allreduce bench: iproute2
+# Comm layer: Open MPI (openmpi-bin, libopenmpi-dev; hwloc, which it brings, also serves `tandem topo`); its netns test kit and allreduce bench: iproute2
 # (ip netns, tc tbf) and iperf3 (the single-TCP-stream reference).
 # Outputs: cairo + the DejaVu fonts (training_loss.png, drawn as LLaMA-Factory's matplotlib plot). Tests:
 # protobuf-compiler + python3-protobuf (the independent reader of TensorBoard event files, tests/tools/tb_read.py).
 set -e
 PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libopenblas0-openmp libomp-dev \
 libyaml-dev libcjson-dev libpcre2-dev libutf8proc-dev clang libclang-rt-dev python3 python3-torch libjemalloc2 \
-openmpi-bin libopenmpi-dev iproute2 iperf3 libcairo2-dev fonts-dejavu-core protobuf-compiler python3-protobuf \
+openmpi-bin libopenmpi-dev libhwloc-dev iproute2 iperf3 libcairo2-dev fonts-dejavu-core protobuf-compiler python3-protobuf \
 python3-matplotlib"
 missing=""
 for p in $PKGS; do

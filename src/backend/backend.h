@@ -3,7 +3,10 @@
  * Owns: where tensors live (device memory), and every kernel the forward/backward/optimizer needs.
  * The model and trainer only hold pointers returned by alloc() and call these functions, so a CUDA
  * backend (bf16 compute, fp32 master weights) can replace the CPU one without touching them.
- * Conventions: row-major; "T" = tokens (batch x seq); float tensors are fp32 in the CPU backend.
+ * Conventions: row-major; "T" = tokens (batch x seq); float tensors are fp32 as the model sees them (the CUDA
+ * backend's bf16 mode rounds matrix-product operands to bf16 inside the kernels; cuda_backend.h).
+ * Pointers from alloc() are the backend's memory: only backend functions (and the comm layer, for a backend
+ * that attaches its memory to it: comm.h tn_comm_device) may touch what they point to.
  * Kernels named *_backward ACCUMULATE into parameter gradients (+=) so micro-batches add up; input
  * gradients are written (=) unless the argument is documented as accumulated. */
 #ifndef TN_BACKEND_H
@@ -99,8 +102,34 @@ struct tn_backend {
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1,
                   double beta2, double eps, double weight_decay, double bias_corr1, double bias_corr2);
     int (*all_finite)(const float *x, size_t n);
+
+    /* The parameter slab of n floats: [0, trainable) the weights the optimizer updates, fp32; [trainable, n) frozen
+     * weights, written only by upload: a backend may hold these in its compute precision alone (the CUDA backend
+     * in bf16 mode: 2 bytes each; every read, download included, sees that precision). Zeroed. */
+    float *(*alloc_params)(size_t n, size_t trainable);
+    void (*add)(float *y, const float *x, size_t n); /* y += x */
+    size_t logits_floats;                            /* logits the lm_head may hold at once (one chunk of rows) */
+    const char *(*describe)(void);                   /* one line for the start-up banner: device, precision */
+    size_t (*peak_bytes)(void);                      /* high-water mark of the backend's memory; 0: not tracked */
+    void (*sync)(void);                              /* returns once every queued kernel has finished (timing) */
 };
 
 const tn_backend *tn_backend_cpu(void);
+
+/* The backend a run uses. device: "auto" (CUDA when this build has it and a GPU is visible, else the CPU), "cpu" or
+ * "cuda"; bf16: the CUDA backend computes matrix products in bf16 (else fp32); local_rank picks the GPU (local_rank
+ * modulo the visible devices: one GPU per rank, CUDA_VISIBLE_DEVICES honoured). NULL + tn_err when "cuda" cannot
+ * be had (no GPU, or a build without CUDA) or device is none of these. */
+const tn_backend *tn_backend_select(const char *device, int bf16, int local_rank);
+/* 1 when this build has the CUDA backend (CMake found nvcc). */
+int tn_backend_have_cuda(void);
+/* GPUs this process could use (0 without the CUDA backend, a driver or a visible device); opens nothing. */
+int tn_backend_gpu_count(void);
+/* PCI bus id of the GPU that CUDA device `ordinal` is (tn_backend_select's local_rank mod count); -1 when none. */
+int tn_backend_gpu_bus_id(int ordinal, char *buf, int len);
+/* Collective over c's ranks: attaches be's device memory to the comm layer (comm.h tn_comm_attach_device; a CPU
+ * backend attaches none) so gradients and parameters can be exchanged from it. note: which path carries them. */
+struct tn_comm;
+int tn_backend_attach_comm(const tn_backend *be, struct tn_comm *c, char *note, size_t note_size);
 
 #endif

@@ -366,6 +366,25 @@ static int cpu_all_finite(const float *x, size_t n) {
     return !bad;
 }
 
+static float *cpu_alloc_params(size_t n, size_t trainable) {
+    (void)trainable; /* fp32 throughout: frozen weights are kept as they are */
+    return cpu_alloc(n);
+}
+
+static void cpu_add(float *y, const float *x, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static const char *cpu_describe(void) {
+    static char line[128];
+    if (!line[0]) snprintf(line, sizeof line, "cpu (%s, %d threads), fp32", cpu_kernel_name(), cpu_num_threads());
+    return line;
+}
+
+static size_t cpu_peak_bytes(void) { return 0; /* the process's peak RSS says it (getrusage) */ }
+static void cpu_sync(void) {}
+
 static const tn_backend cpu_backend = {
     .name = "cpu",
     .num_threads = cpu_num_threads,
@@ -401,6 +420,12 @@ static const tn_backend cpu_backend = {
     .scale = cpu_scale,
     .adamw = cpu_adamw,
     .all_finite = cpu_all_finite,
+    .alloc_params = cpu_alloc_params,
+    .add = cpu_add,
+    .logits_floats = (size_t)1 << 24, /* 64 MB of logits per chunk: cache-sized work for the CPU */
+    .describe = cpu_describe,
+    .peak_bytes = cpu_peak_bytes,
+    .sync = cpu_sync,
 };
 
 const tn_backend *tn_backend_cpu(void) { return &cpu_backend; }

@@ -64,13 +64,43 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Weights for timing big models (--model-config): a pool of 16M N(0, initializer_range) values drawn once and
+ * uploaded cyclically (random-looking data, never zeros, which run faster than real data on tensor cores), norm
+ * weights 1, biases 0: seconds instead of the minutes of drawing every value of a 4B model. */
+static void fast_init(tn_model *m) {
+    const size_t pool = (size_t)1 << 24;
+    float *r = tn_xmalloc(pool * sizeof *r), *ones = tn_xmalloc(pool * sizeof *ones);
+    tn_rng rng;
+    tn_rng_seed(&rng, 5);
+    for (size_t i = 0; i < pool; i++) r[i] = (float)(m->cfg.initializer_range * tn_rng_normal(&rng)), ones[i] = 1.0f;
+    for (int i = 0; i < m->n_params; i++) {
+        const tn_param *p = &m->params[i];
+        int norm = strstr(p->name, "norm.weight") != NULL, bias = strstr(p->name, ".bias") != NULL;
+        for (size_t off = 0; off < p->numel; off += pool) {
+            size_t n = p->numel - off < pool ? p->numel - off : pool;
+            if (bias) m->be->zero(m->slab + p->offset + off, n);
+            else m->be->upload(m->slab + p->offset + off, norm ? ones : r + (off / pool * 7919) % (pool - n + 1), n);
+        }
+    }
+    free(r), free(ones);
+}
+
 static int bench_train(int argc, char **argv) {
-    const char *name = "tiny";
-    int lora = 0, steps = 0, warmup = 2, dist = 0, trace = 0, stage = 0, inner = 0, overlap = 1;
-    double bucket_mb = 4, outer_lr = 1.0, outer_mom = 0.0; /* train's defaults */
+    const char *name = "tiny", *model_config = NULL, *device = "cpu";
+    int lora = 0, steps = 0, warmup = 2, dist = 0, trace = 0, stage = 0, batch = 0, seq = 0, bf16 = 0, ckpt = 0;
+    int lora_rank = 8, inner = 0, overlap = 1;
+    double bucket_mb = 4, peak_tflops = 0, outer_lr = 1.0, outer_mom = 0.0; /* train's defaults */
     tn_codec codec = TN_CODEC_FP32;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) name = argv[++i];
+        else if (strcmp(argv[i], "--model-config") == 0 && i + 1 < argc) model_config = argv[++i];
+        else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) batch = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--seq") == 0 && i + 1 < argc) seq = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = argv[++i];
+        else if (strcmp(argv[i], "--bf16") == 0) bf16 = 1;
+        else if (strcmp(argv[i], "--checkpointing") == 0) ckpt = 1;
+        else if (strcmp(argv[i], "--lora-rank") == 0 && i + 1 < argc) lora = 1, lora_rank = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--peak-tflops") == 0 && i + 1 < argc) peak_tflops = atof(argv[++i]);
         else if (strcmp(argv[i], "--lora") == 0) lora = 1;
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc) warmup = atoi(argv[++i]);
@@ -89,15 +119,28 @@ static int bench_train(int argc, char **argv) {
     }
     tn_model_config c;
     int B = 0, S = 0;
-    if (preset(name, &c, &B, &S) != 0 || tn_model_config_finish(&c, "bench preset") != 0) return -1;
+    if (model_config) { /* an HF config.json (bench/configs: Qwen3 0.6B, 1.7B, 4B) */
+        if (tn_model_config_load(model_config, &c) != 0) return -1;
+        name = model_config;
+        B = 1, S = 2048;
+    } else if (preset(name, &c, &B, &S) != 0 || tn_model_config_finish(&c, "bench preset") != 0) {
+        return -1;
+    }
+    if (batch > 0) B = batch;
+    if (seq > 0) S = seq;
+    if (B < 1 || S < 2 || lora_rank < 1) return tn_err("bench train: --batch, --seq and --lora-rank must be positive");
     if (steps <= 0) steps = strcmp(name, "tiny") == 0 ? 10 : 5;
-    tn_lora_config lc = {.r = 8, .alpha = 16, .dropout = 0, .targets = (1u << TN_LT_COUNT) - 1};
+    tn_lora_config lc = {.r = lora_rank, .alpha = 2.0 * lora_rank, .dropout = 0, .targets = (1u << TN_LT_COUNT) - 1};
     /* --dist: one rank of a data-parallel step under mpirun (same per-rank batch: weak scaling) */
     tn_comm *comm = dist ? tn_comm_init(NULL, NULL) : NULL;
     if (dist && !comm) return -1;
     const tn_comm_info *in = comm ? tn_comm_get_info(comm) : NULL;
-    tn_model *m = tn_model_create(&c, lora ? &lc : NULL, tn_backend_cpu());
-    tn_model_init_random(m, 0);
+    const tn_backend *be_used = tn_backend_select(device, bf16, in ? in->local_rank : 0);
+    if (!be_used) return tn_err("bench train: --device %s: %s", device, tn_errmsg());
+    if (comm && tn_backend_attach_comm(be_used, comm, NULL, 0) != 0) return -1; /* device gradients: NCCL or staged */
+    tn_model *m = tn_model_create(&c, lora ? &lc : NULL, be_used);
+    if (model_config) fast_init(m);
+    else tn_model_init_random(m, 0);
     if (stage < 0 || stage > 3 || (stage && !comm)) return tn_err("bench train: --zero expects 0..3, with --dist");
     if (comm && in->size == 1) stage = 0, inner = 0;
     if (stage && (inner || codec)) return tn_err("bench train: --zero goes with neither --diloco nor --compress");
@@ -118,11 +161,13 @@ static int bench_train(int argc, char **argv) {
     if (dl) sent = (double)tn_diloco_round_bytes(dl) / inner;
     else if (comm && codec) sent = (double)tn_grad_sync_get_stats(sync)->bytes;
     else if (comm && in->n_nodes > 1) sent = 2.0 * (in->n_nodes - 1) / in->n_nodes * m->n_trainable * 4.0;
-    tn_acts *a = tn_acts_create(m, B, S, 0);
+    tn_acts *a = tn_acts_create(m, B, S, ckpt);
     size_t lo = 0, len = m->n_trainable;
     if (stage) tn_comm_shard(comm, m->n_trainable, in->rank, &lo, &len);
     tn_adamw *o = tn_adamw_create_range(m, lo, len);
     tn_zero *z = stage ? tn_zero_create(comm, m, stage) : NULL; /* every rank drew the same weights (seed 0) */
+    if (z) tn_zero_track_peak(z, 1);
+    double peak_state_mb = 0;
     tn_adamw_hparams h = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     int32_t *ids = tn_xmalloc((size_t)B * S * sizeof *ids);
     tn_rng rng;
@@ -145,6 +190,7 @@ static int bench_train(int argc, char **argv) {
         else tn_clip_grad_norm(m, 0);
         tn_adamw_step(o, m, &h, 1e-4);
         if (z) tn_zero_after_update(z);
+        m->be->sync(); /* a GPU's queued kernels belong to this step's time */
         double t3 = tn_now();
         if (dl) { /* steady state: no final synchronous round */
             tn_diloco_step ds = {.step = i + 1, .loss_sum = loss, .tokens = 1, .seen = (double)T, .grad_norm = 1};
@@ -158,6 +204,13 @@ static int bench_train(int argc, char **argv) {
                     sync ? 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s : 0, 1e3 * (t2 - t1), 1e3 * (t3 - t2),
                     1e3 * (tn_now() - t3));
         if (i >= warmup) ms[i - warmup] = 1e3 * (tn_now() - t0);
+        if (z) { /* sampled inside the passes; outside them (after the update) too */
+            tn_zero_resident r;
+            tn_zero_resident_bytes(z, &r);
+            size_t inside = tn_zero_peak_bytes(z), now = r.params + r.grads;
+            double peak = (double)(inside > now ? inside : now);
+            if (i >= warmup && peak / 1048576.0 > peak_state_mb) peak_state_mb = peak / 1048576.0;
+        }
         if (i >= warmup && sync) wait[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->wait_s;
         if (i >= warmup && sync) first[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s;
     }
@@ -176,18 +229,23 @@ static int bench_train(int argc, char **argv) {
         else if (strcmp(p->name, "model.embed_tokens.weight") != 0) N += (double)p->numel;
     }
     if (c.tie_word_embeddings) N += (double)c.vocab_size * c.hidden_size;
-    double attn = 12.0 * c.num_hidden_layers * c.hidden_size * (double)S * (double)T;
+    /* attention's two products, fwd + bwd, no causal discount (PaLM's convention): 12 L (H hd) S per token */
+    double attn = 12.0 * c.num_hidden_layers * (double)c.num_attention_heads * c.head_dim * (double)S * (double)T;
     double flops = lora ? (4 * N + 6 * n_lora) * (double)T + attn : 6 * N * (double)T + attn;
     if (!in || in->rank == 0)
         printf("{\"impl\":\"tandem\",\"config\":\"%s%s\",\"threads\":%d,\"batch\":%d,\"seq\":%d,\"steps\":%d,"
                "\"ms_step\":%.2f,\"ms_min\":%.2f,\"tok_s\":%.1f,\"gflops\":%.2f,\"flops_per_step\":%.0f,"
                "\"peak_rss_mb\":%.1f,\"acts_mb\":%.1f,\"loss\":%.5f,\"ranks\":%d,\"nodes\":%d,"
                "\"grad_mb\":%.2f,\"comm_wait_ms\":%.2f,\"first_grad_ms\":%.2f,\"zero\":%d,\"trainable\":%zu,"
-               "\"state_mb\":%.2f,\"ms_mean\":%.2f,\"diloco\":%d,\"compress\":\"%s\",\"sent_mb_step\":%.3f}\n",
+               "\"state_mb\":%.2f,\"peak_params_grads_mb\":%.2f,\"device\":\"%s\",\"peak_device_mb\":%.1f,"
+               "\"mfu\":%.4f,\"checkpointing\":%d,\"lora_rank\":%d,\"ms_mean\":%.2f,\"diloco\":%d,\"compress\":\"%s\","
+               "\"sent_mb_step\":%.3f}\n",
                name, lora ? "-lora" : "", omp_get_max_threads(), B, S, steps, med, ms[0], (double)T / (med / 1e3),
                flops / (med / 1e3) / 1e9, flops, peak_rss_mb(), tn_acts_bytes(a) / 1048576.0, loss,
                in ? in->size : 1, in ? in->n_nodes : 1, m->n_trainable * 4.0 / 1048576.0, median(wait, steps),
-               median(first, steps), stage, m->n_trainable, state_mb, mean, inner, tn_codec_name(codec), sent / 1e6);
+               median(first, steps), stage, m->n_trainable, state_mb, peak_state_mb, be->describe(),
+               be->peak_bytes() / 1048576.0, peak_tflops > 0 ? flops / (med / 1e3) / (peak_tflops * 1e12) : 0.0, ckpt,
+               lora ? lora_rank : 0, mean, inner, tn_codec_name(codec), sent / 1e6);
     fflush(stdout);
     free(ms);
     free(wait);

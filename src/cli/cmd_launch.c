@@ -526,7 +526,9 @@ int tn_launch(int argc, char **argv, const char *command) {
         char me[TN_IDENTITY_MAX];
         tn_identity_self(me);
         setenv("TANDEM_LAUNCHER", me, 1); /* forwarded with the other TANDEM_* variables */
-        if (!(lock = tn_output_lock_take(cfg.output_dir, NULL, cfg.source_path))) {
+        /* a per-node launch: node 0 writes (its rank 0), so its launcher alone holds output_dir */
+        int writes = strcmp(command, "train") == 0 && (!o.pernode || o.pn.node_rank == 0);
+        if (writes && !(lock = tn_output_lock_take(cfg.output_dir, NULL, cfg.source_path))) {
             fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
             tn_hostfile_free(&hf);
             return 1;

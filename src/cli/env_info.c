@@ -1,6 +1,8 @@
 /* env_info.c -- see env_info.h. */
 #include "cli/env_info.h"
 
+#include "backend/backend.h"
+
 #include <cblas.h>
 #undef I /* <complex.h> via cblas.h */
 #include <dlfcn.h>
@@ -155,7 +157,7 @@ static void mpi_library(char *out, size_t n) {
     snprintf(out, n, "%.180s (MPI %d.%d)", v, major, minor);
 }
 
-/* CUDA through the driver library, when the machine has one (tandem itself has no GPU backend yet). */
+/* CUDA through the driver library, when the machine has one (independent of tandem's own CUDA backend). */
 static void cuda_rows(tn_env_row *rows, int *n) {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
@@ -231,7 +233,13 @@ int tn_env_collect(tn_env_row rows[TN_ENV_MAX_ROWS]) {
     mpi_library(buf, 224);
     add(rows, &n, "MPI", "%s", buf);
     const char *be = getenv("TANDEM_COMM_BACKEND");
+#ifdef TANDEM_HAVE_NCCL
+    add(rows, &n, "comm backend", "%s", be && *be ? be : "mpi (nccl between GPUs)");
+#else
     add(rows, &n, "comm backend", "%s", be && *be ? be : "mpi");
+#endif
+    if (tn_backend_have_cuda()) add(rows, &n, "tandem GPU backend", "CUDA, %d device(s) visible", tn_backend_gpu_count());
+    else add(rows, &n, "tandem GPU backend", "not built in (nvcc not found at build time)");
 #ifdef TANDEM_HAVE_NCCL
     int nv = 0;
     ncclGetVersion(&nv);

@@ -44,6 +44,11 @@ static const page PAGES[] = {
      "several machines (--hostfile, or NNODES per node) one column each, differences marked",
      "  --hostfile FILE       every host of a hostfile, side by side\n"
      "  --help, -h            this page\n"},
+    {"topo", NULL, "topo [--ranks N]",
+     "what connects this machine's GPUs (NVLink, PCIe switch, host bridge, NUMA node), as nvidia-smi topo -m, and\n"
+     "where tandem puts each local rank (its GPU, its cores); one line when there is no GPU or NVIDIA driver",
+     "  --ranks N       the placement of N local ranks (tandem launch -n N; default: one per visible GPU)\n"
+     "  --help, -h      this page\n"},
     {"export", NULL, "export [CONFIG.yaml] [key=value ...]",
      "merge adapter_name_or_path into model_name_or_path and write an HF model folder to export_dir",
      CONFIG_ARGS
@@ -82,11 +87,19 @@ static const page PAGES[] = {
      "  --decode        decode the ids that follow\n"
      "  --skip-special  leave special tokens out of decoded text\n"
      "  --help, -h      this page\n"},
-    {"bench", "train", "bench train [--preset tiny|small] [--lora] [--steps N] [--warmup N] [--dist] [--trace] "
-                       "[--bucket-mb MB] [--zero N]",
+    {"bench", "train", "bench train [--preset tiny|small | --model-config FILE] [--batch B] [--seq S] [--lora] "
+                       "[--lora-rank R] [--device cpu|cuda] [--bf16] [--checkpointing] [--peak-tflops X] [--steps N] "
+                       "[--warmup N] [--dist] [--trace] [--bucket-mb MB] [--zero N]",
      "time training steps on random tokens; one JSON line (bench/bench_train.sh compares with PyTorch)",
      "  --preset tiny|small  model and batch of ../shared/ref's presets (default tiny)\n"
-     "  --lora               LoRA r 8 on every projection, base frozen\n"
+     "  --model-config FILE  an HF config.json instead (bench/configs: Qwen3 0.6B, 1.7B, 4B); batch 1, seq 2048\n"
+     "  --batch B, --seq S   sequences per step and their length\n"
+     "  --lora               LoRA r 8 (alpha 2r) on every projection, base frozen\n"
+     "  --lora-rank R        LoRA with rank R\n"
+     "  --device cpu|cuda    the backend (default cpu)\n"
+     "  --bf16               the CUDA backend's bf16 mode (fp32 master weights)\n"
+     "  --checkpointing      gradient checkpointing (keeps each layer's input, recomputes the rest)\n"
+     "  --peak-tflops X      report MFU against X TFLOP/s (H100 dense bf16: 989)\n"
      "  --steps N            timed steps (default 10 tiny, 5 small)\n"
      "  --warmup N           untimed steps first (default 2)\n"
      "  --dist               one rank of a data-parallel step, under mpirun\n"

@@ -44,7 +44,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "launch") == 0) return tn_cmd_launch(argc - 2, argv + 2);
     if (strcmp(cmd, "compare") == 0) return tn_cmd_compare(argc - 2, argv + 2);
     if (strcmp(cmd, "env") == 0) return tn_cmd_env(argc - 2, argv + 2);
+    if (strcmp(cmd, "topo") == 0) return tn_cmd_topo(argc - 2, argv + 2);
     fprintf(stderr, "tandem: error: unknown command '%s' (expected train, launch, chat, generate, export, init-model, "
-                    "tokenize, compare, env, bench, help or version; see tandem --help)\n", cmd);
+                    "tokenize, compare, env, topo, bench, help or version; see tandem --help)\n", cmd);
     return 1;
 }

@@ -52,10 +52,11 @@ static int env_int(const char *name, long dflt, long lo, long hi, long *out) {
     return 0;
 }
 
-/* $TANDEM_COMM_BACKEND: 0 mpi, 1 nccl. */
+/* $TANDEM_COMM_BACKEND: 0 not set (mpi, or nccl once a device is attached: comm_device.c), 1 nccl, 2 mpi. */
 static int env_backend(long *out) {
     const char *be = getenv("TANDEM_COMM_BACKEND");
-    if (!be || !*be || strcmp(be, "mpi") == 0) *out = 0;
+    if (!be || !*be) *out = 0;
+    else if (strcmp(be, "mpi") == 0) *out = 2;
     else if (strcmp(be, "nccl") == 0) *out = 1;
     else return tn_err("comm: $TANDEM_COMM_BACKEND='%s' is not known (expected mpi or nccl)", be);
     return 0;
@@ -204,6 +205,7 @@ tn_comm *tn_comm_init(int *argc, char ***argv) {
     if (c->info.local_size > 1 && tn_shm_create(c) != 0) goto fail;
     if (tn_watchdog_init(c) != 0) goto fail;
     c->be = backend == 1 ? tn_comm_nccl_open(c) : &tn_comm_backend_mpi;
+    c->be_explicit = backend != 0;
     if (!c->be) goto fail;
     if (tn_comm_progress_start(c) != 0) goto fail;
     return c;
@@ -223,6 +225,7 @@ fail:;
 void tn_comm_finalize(tn_comm *c) {
     if (!c) return;
     if (c->be->wait_all(c) != 0) fprintf(stderr, "tandem: warning: %s\n", tn_errmsg());
+    tn_comm_device_free(c); /* staged copies still pending are dropped: their device memory may be gone */
     tn_comm_progress_stop(c);
     tn_watchdog_free(c);
     c->be->finalize(c);
@@ -254,6 +257,7 @@ int tn_comm_barrier(tn_comm *c) {
 int tn_comm_bcast(tn_comm *c, void *buf, size_t bytes, int root) {
     if (root < 0 || root >= c->info.size) return tn_err("comm: bcast root %d is not a rank (size %d)", root, c->info.size);
     if (bytes > 0 && !buf) return tn_err("comm: bcast of %zu bytes got a NULL buffer", bytes);
+    if (tn_comm_staging(c, buf)) return tn_comm_staged_blocking(c, TN_STAGE_BCAST, buf, bytes, root);
     return c->be->bcast(c, buf, bytes, root);
 }
 
@@ -296,10 +300,23 @@ int tn_comm_allreduce_f32_mpi(tn_comm *c, float *buf, size_t n) {
     return 0;
 }
 
-int tn_comm_allreduce_f32(tn_comm *c, float *buf, size_t n) { return c->be->allreduce_f32(c, buf, n); }
-int tn_comm_reduce_scatter_f32(tn_comm *c, float *buf, size_t n) { return c->be->reduce_scatter_f32(c, buf, n); }
-int tn_comm_allgather_f32(tn_comm *c, float *buf, size_t n) { return c->be->allgather_f32(c, buf, n); }
-tn_comm_op *tn_comm_iallreduce_f32(tn_comm *c, float *buf, size_t n) { return c->be->iallreduce_f32(c, buf, n); }
+/* Device buffers the backend cannot take are staged through host memory (comm_device.c). */
+int tn_comm_allreduce_f32(tn_comm *c, float *buf, size_t n) {
+    if (tn_comm_staging(c, buf)) return tn_comm_staged_blocking(c, TN_STAGE_ALLREDUCE, buf, n * sizeof *buf, 0);
+    return c->be->allreduce_f32(c, buf, n);
+}
+int tn_comm_reduce_scatter_f32(tn_comm *c, float *buf, size_t n) {
+    if (tn_comm_staging(c, buf)) return tn_comm_staged_blocking(c, TN_STAGE_REDUCE_SCATTER, buf, n * sizeof *buf, 0);
+    return c->be->reduce_scatter_f32(c, buf, n);
+}
+int tn_comm_allgather_f32(tn_comm *c, float *buf, size_t n) {
+    if (tn_comm_staging(c, buf)) return tn_comm_staged_blocking(c, TN_STAGE_ALLGATHER, buf, n * sizeof *buf, 0);
+    return c->be->allgather_f32(c, buf, n);
+}
+tn_comm_op *tn_comm_iallreduce_f32(tn_comm *c, float *buf, size_t n) {
+    if (tn_comm_staging(c, buf)) return tn_comm_staged_iallreduce(c, buf, n);
+    return c->be->iallreduce_f32(c, buf, n);
+}
 int tn_comm_test(tn_comm_op *op) {
     pthread_mutex_lock(&op->c->mu);
     int done = op->done;
@@ -327,5 +344,11 @@ static int p2p(tn_comm *c, void *buf, size_t bytes, int peer, int send) {
 int tn_comm_send(tn_comm *c, const void *buf, size_t bytes, int to) { return p2p(c, (void *)buf, bytes, to, 1); }
 int tn_comm_recv(tn_comm *c, void *buf, size_t bytes, int from) { return p2p(c, buf, bytes, from, 0); }
 
-int tn_comm_wait(tn_comm_op *op) { return op ? op->c->be->wait(op) : tn_err("comm: wait on a NULL op"); }
-int tn_comm_wait_all(tn_comm *c) { return c->be->wait_all(c); }
+int tn_comm_wait(tn_comm_op *op) {
+    if (!op) return tn_err("comm: wait on a NULL op");
+    tn_comm *c = op->c;
+    struct tn_staged *st = tn_comm_staged_take(c, op); /* before the wait frees op */
+    int rc = c->be->wait(op);
+    return st ? tn_comm_staged_finish(c, st, rc) : rc;
+}
+int tn_comm_wait_all(tn_comm *c) { return tn_comm_staged_finish_all(c, c->be->wait_all(c)); }

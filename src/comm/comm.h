@@ -112,6 +112,26 @@ typedef struct {
 } tn_comm_stats;
 void tn_comm_get_stats(const tn_comm *c, tn_comm_stats *s);
 
+/* ---- accelerator memory (comm_device.c). A compute backend whose tensors live in device memory attaches it; the
+ * float collectives, the range collectives and bcast then take device buffers as well: the NCCL backend hands
+ * them to NCCL (each collective first waits for the kernels queued on `queue`), the MPI backend stages them
+ * through host memory (a blocking collective copies out, runs, copies back; a non-blocking one copies out at
+ * once and back in tn_comm_wait / tn_comm_wait_all). */
+typedef struct {
+    const char *name;                                             /* "cuda" */
+    int (*owns)(const void *p);                                   /* p lies in the device's memory */
+    void (*to_host)(void *host, const void *dev, size_t bytes);   /* after every kernel queued so far */
+    void (*to_device)(void *dev, const void *host, size_t bytes);
+    void *queue;                                                  /* the kernels' cudaStream_t (NCCL waits on it) */
+    int device;                                                   /* the CUDA device ordinal */
+} tn_comm_device;
+/* Collective, once, before any collective on device memory; dev NULL for a host (CPU) backend. Every rank must
+ * attach the same kind (else one line naming the first rank that differs). With a device on every rank and
+ * $TANDEM_COMM_BACKEND unset, the NCCL backend takes over when this build has it and no two ranks of a machine
+ * share a device (NCCL refuses that; MPI stages instead); *note (may be NULL) gets a line saying which carries
+ * device buffers. 0 or -1 + tn_err. */
+int tn_comm_attach_device(tn_comm *c, const tn_comm_device *dev, char *note, size_t note_size);
+
 /* Dead-peer detection (comm_watchdog.c). After `seconds` without progress in any wait (0 = off, the
  * default), the waiting rank finds the ranks that do not answer, or whose trainer has not called
  * tn_comm_heartbeat for that long, names them in one error line and aborts the job. tn_comm_busy(c, 1)

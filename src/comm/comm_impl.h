@@ -18,6 +18,9 @@ typedef struct {
     int (*allgather_f32)(tn_comm *c, float *buf, size_t n);
     int (*bcast)(tn_comm *c, void *buf, size_t bytes, int root);
     tn_comm_op *(*iallreduce_f32)(tn_comm *c, float *buf, size_t n);
+    /* Range collectives of comm_shard.c on device memory (NULL: the backend has none; TN_RING_RS or TN_RING_AG) */
+    tn_comm_op *(*irange)(tn_comm *c, int kind, float *slab, size_t n, size_t lo, size_t hi);
+    int device_buffers;           /* takes device memory as it is (else comm_device.c stages it) */
     int (*wait)(tn_comm_op *op);
     int (*wait_all)(tn_comm *c);
     void (*finalize)(tn_comm *c); /* releases the backend's state (before MPI_Finalize) */
@@ -52,7 +55,12 @@ struct tn_comm {
     tn_comm_tuning tune;
     tn_shm *shm;                 /* NULL when alone on the machine */
     const tn_comm_backend *be;
+    int be_explicit;             /* $TANDEM_COMM_BACKEND named it */
     void *be_state;              /* backend-private (NCCL) */
+    const tn_comm_device *dev;   /* attached accelerator memory (comm_device.c), NULL: host memory only */
+    tn_comm_device dev_copy;
+    struct tn_staged *staged;    /* MPI ops on host copies of device buffers, copied back at wait (comm_device.c) */
+    struct tn_mirror *mirrors;   /* host copies of device slabs for the range collectives */
     int mpi_owned;               /* we called MPI_Init */
 
     /* op queue, run in order by the progress thread */
@@ -159,5 +167,21 @@ int tn_comm_join_world(MPI_Comm *world);
 
 /* comm_mpi.c */
 tn_comm_op *tn_comm_op_new(tn_comm *c);
+
+/* comm_shard.c: the range collectives on host memory (MPI rings) */
+tn_comm_op *tn_comm_mpi_range(tn_comm *c, int kind, float *slab, size_t n, size_t lo, size_t hi);
+
+/* comm_device.c: device buffers (see tn_comm_attach_device). tn_comm_staging(c, p) is 1 when p is device memory
+ * that the backend cannot take (then the tn_comm_staged_* calls carry it); the wait hooks copy staged results back
+ * (op: the op about to be waited, or NULL after a wait_all). */
+int tn_comm_staging(const tn_comm *c, const void *p);
+int tn_comm_staged_blocking(tn_comm *c, int what, void *buf, size_t bytes, int root);
+tn_comm_op *tn_comm_staged_iallreduce(tn_comm *c, float *buf, size_t n);
+tn_comm_op *tn_comm_staged_range(tn_comm *c, int kind, float *slab, size_t n, size_t lo, size_t hi);
+struct tn_staged *tn_comm_staged_take(tn_comm *c, const tn_comm_op *op);
+int tn_comm_staged_finish(tn_comm *c, struct tn_staged *s, int rc);
+int tn_comm_staged_finish_all(tn_comm *c, int rc);
+void tn_comm_device_free(tn_comm *c);
+enum { TN_STAGE_ALLREDUCE, TN_STAGE_REDUCE_SCATTER, TN_STAGE_ALLGATHER, TN_STAGE_BCAST };
 
 #endif

@@ -126,10 +126,27 @@ static tn_comm_op *range_collective(tn_comm *c, int kind, float *slab, size_t n,
     return tn_comm_submit(c, op);
 }
 
+tn_comm_op *tn_comm_mpi_range(tn_comm *c, int kind, float *slab, size_t n, size_t lo, size_t hi) {
+    return range_collective(c, kind, slab, n, lo, hi, kind == TN_RING_RS ? "reduce-scatter" : "all-gather");
+}
+
+/* Device slabs go to the backend (NCCL) or through host copies (MPI); host slabs to the MPI rings. */
+static tn_comm_op *range_dispatch(tn_comm *c, int kind, float *slab, size_t n, size_t lo, size_t hi) {
+    if (c->dev && c->be->irange && c->dev->owns(slab)) {
+        if (lo > hi || hi > n) {
+            tn_err("comm: range collective of [%zu, %zu) outside a slab of %zu floats", lo, hi, n);
+            return NULL;
+        }
+        return c->be->irange(c, kind, slab, n, lo, hi);
+    }
+    if (tn_comm_staging(c, slab)) return tn_comm_staged_range(c, kind, slab, n, lo, hi);
+    return tn_comm_mpi_range(c, kind, slab, n, lo, hi);
+}
+
 tn_comm_op *tn_comm_ireduce_scatter_range(tn_comm *c, float *slab, size_t n, size_t lo, size_t hi) {
-    return range_collective(c, TN_RING_RS, slab, n, lo, hi, "reduce-scatter");
+    return range_dispatch(c, TN_RING_RS, slab, n, lo, hi);
 }
 
 tn_comm_op *tn_comm_iallgather_range(tn_comm *c, float *slab, size_t n, size_t lo, size_t hi) {
-    return range_collective(c, TN_RING_AG, slab, n, lo, hi, "all-gather");
+    return range_dispatch(c, TN_RING_AG, slab, n, lo, hi);
 }

@@ -72,6 +72,8 @@ static int set_save_strategy(tn_train_config *c, const key_def *k, const char *v
 static int set_export_size(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_sync_mode(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_compression(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_bf16(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_device(tn_train_config *c, const key_def *k, const char *v, char *msg);
 
 #define VL_MISSING "vision-language (multimodal) models are not supported yet: tandem trains text-only decoders"
 #define LORA_MODULES "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
@@ -204,13 +206,16 @@ static const key_def KEYS[] = {
     {"report_to", CUSTOM(report_to), 1, 0, "none, tensorboard, all, or services (wandb, swanlab, mlflow, ...)",
      set_report_to},
     {"deepspeed", PATH(deepspeed), 0, PATH_DEEPSPEED, "a path to a DeepSpeed JSON config", NULL},
-    {"bf16", NOTICE, 0, 0, "tandem has only its CPU backend so far, which computes in fp32", NULL},
-    {"fp16", NOTICE, 0, 0, "tandem has only its CPU backend so far, which computes in fp32", NULL},
+    {"bf16", CUSTOM(bf16), 0, 0, "true or false", set_bf16},
+    {"fp16", NOTICE, 0, 0, "tandem computes in fp32, or on a GPU with bf16: true in bf16 (fp16's narrow range would "
+     "need loss scaling)", NULL},
     {"pure_bf16", NOTICE, 0, 0, "trainable weights and optimizer state stay fp32", NULL},
     {"ddp_timeout", NOTICE, 0, 0, "tandem detects a dead or stalled rank itself and names it", NULL},
     {"ddp_backend", NOTICE, 0, 0, "MPI carries the collectives", NULL},
     {"ddp_find_unused_parameters", NOTICE, 0, 0, "only trainable tensors are exchanged; nothing to find", NULL},
-    {"flash_attn", NOTICE, 0, 0, "the CPU backend's attention is blocked and never stores the score matrix", NULL},
+    {"flash_attn", NOTICE, 0, 0, "tandem's attention (CPU and CUDA) is flash-attention style and never stores the "
+     "score matrix", NULL},
+    {"device", CUSTOM(device), 0, 0, "auto, cpu or cuda", set_device},
     {"enable_liger_kernel", NOTICE, 0, 0, "tandem's kernels are already fused where it pays", NULL},
     {"use_unsloth", NOTICE, 0, 0, "tandem's kernels are already fused where it pays", NULL},
     {"save_on_each_node", NOTICE, 0, 0, "rank 0 writes every output; keep output_dir on rank 0's machine", NULL},
@@ -262,6 +267,9 @@ void tn_train_config_defaults(tn_train_config *c) {
      * matched it within 1% (docs/performance.md, "Low-communication training") */
     c->diloco_outer_lr = 1.0, c->diloco_outer_momentum = 0.0;
     c->diloco_nesterov = 1, c->diloco_overlap = 1;
+    /* the device: $TANDEM_DEVICE when set (a key in the YAML or on the command line wins), else auto */
+    const char *dev = getenv("TANDEM_DEVICE");
+    snprintf(c->device, sizeof c->device, "%s", dev && *dev ? dev : "auto"); /* checked where it is used */
     snprintf(c->output_dir, sizeof c->output_dir, "saves/tandem");
     c->logging_steps = 10;
     c->save_steps = 0;
@@ -498,6 +506,25 @@ static int set_fsdp(tn_train_config *c, const key_def *k, const char *v, char *m
             return -1;
         }
     }
+    return 0;
+}
+
+/* HF's bf16 flag: the CUDA backend's bf16 mode (cuda_backend.h); the CPU computes in fp32 either way. */
+static int set_bf16(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    int b;
+    if (!parse_bool(v, &b)) return expects(k, v, msg);
+    c->bf16 = b;
+    add_note(c, k->name, "%s", b ? "on a GPU, matrix products and attention in bf16 (fp32 accumulation, fp32 master "
+                                   "weights and AdamW state); the CPU backend computes in fp32"
+                                 : "fp32 throughout");
+    return 0;
+}
+
+static int set_device(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    char s[16];
+    if (!trimmed(v, s, sizeof s) || (strcmp(s, "auto") && strcmp(s, "cpu") && strcmp(s, "cuda")))
+        return expects(k, v, msg);
+    snprintf(c->device, sizeof c->device, "%s", s);
     return 0;
 }
 

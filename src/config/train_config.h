@@ -72,6 +72,8 @@ typedef struct {
     int fsdp_stage;                       /* HF TrainingArguments' fsdp: full_shard 3, shard_grad_op 2,
                                            * no_shard 0; -1 = not given */
     double ddp_bucket_cap_mb;
+    char device[16];                      /* tandem: auto (default; $TANDEM_DEVICE), cpu or cuda (backend.h) */
+    int bf16;                             /* HF: the CUDA backend computes in bf16 (default false: fp32) */
     int max_bad_steps;                    /* tandem: consecutive non-finite steps (skipped) before the run stops;
                                            * default 10 */
     double peer_timeout;                  /* tandem: seconds before a silent or hung rank is named and the

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "launch/reaper.h"
 
 #define START_TIMEOUT_S 20
 
@@ -56,6 +57,7 @@ int tn_ompi_server_start(const char *net, char *uri, size_t n, pid_t *pid) {
         free(text);
         unlink(log_path);
         *pid = p;
+        tn_reaper_spare(p); /* it serves every round: the drain after a round must leave it running */
         return 0;
     }
     free(text);

@@ -20,7 +20,24 @@ void tn_reaper_child_setup(pid_t parent) {
     if (getppid() != parent) _exit(1); /* the launcher died before the line above: nobody to serve */
 }
 
-/* Live (not zombie) descendants of this process, into pids (at most max); their number. */
+static pid_t spared[8];
+
+void tn_reaper_spare(pid_t pid) {
+    for (int i = 0; i < 8; i++)
+        if (!spared[i]) {
+            spared[i] = pid;
+            return;
+        }
+}
+
+static int is_spared(pid_t p) {
+    for (int i = 0; i < 8; i++)
+        if (spared[i] == p) return 1;
+    return 0;
+}
+
+/* Live (not zombie) descendants of this process, spared helpers and theirs left out, into pids (at most
+ * max); their number. */
 static int descendants(pid_t *pids, int max) {
     enum { CAP = 65536 };
     static pid_t all[CAP], parent[CAP];
@@ -42,7 +59,7 @@ static int descendants(pid_t *pids, int max) {
     while (head < tail) {
         pid_t q = queue[head++];
         for (int i = 0; i < n; i++)
-            if (parent[i] == q && tail < CAP) {
+            if (parent[i] == q && tail < CAP && !is_spared(all[i])) {
                 queue[tail++] = all[i];
                 if (state[i] != 'Z' && state[i] != 'X' && found < max) pids[found++] = all[i];
             }

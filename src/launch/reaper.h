@@ -15,6 +15,9 @@
 int tn_reaper_become(void);
 /* In a forked child before exec: SIGTERM when `parent` dies (exits at once if it already has). */
 void tn_reaper_child_setup(pid_t parent);
+/* A helper that outlives the job's rounds (a per-node launch's ompi-server): never signalled or waited
+ * for here, nor its descendants; the caller ends it itself. */
+void tn_reaper_spare(pid_t pid);
 /* Sends sig (and SIGCONT, so a stopped process acts on it) to every live descendant; the number signalled. */
 int tn_reaper_signal_all(int sig);
 /* Reaps exited children (never blocks) and returns the number of live descendants left. Call only when no

@@ -215,7 +215,7 @@ tn_model *tn_model_create(const tn_model_config *cfg, const tn_lora_config *lora
     layout_pass(&lb);
     m->n_total = lb.offset;
 
-    m->slab = be->alloc(m->n_total);
+    m->slab = be->alloc_params(m->n_total, m->n_trainable); /* frozen tail: the backend's compute precision */
     m->grad = be->alloc(m->n_trainable);
     m->w = tn_xcalloc((size_t)m->L, sizeof *m->w);
     m->dw = tn_xcalloc((size_t)m->L, sizeof *m->dw);

@@ -130,8 +130,9 @@ tn_acts *tn_acts_create(const tn_model *m, int B, int S, int checkpointing) {
     tn_acts *a = tn_xcalloc(1, sizeof *a);
     a->be = m->be;
     a->B = a->B_cap = B, a->S = a->S_cap = S, a->T = B * S, a->checkpointing = checkpointing;
-    /* lm_head chunk: ~16M logits floats at most, a multiple of 64 rows */
-    int tc = (int)((1 << 24) / m->V);
+    /* lm_head chunk: the backend's logits budget (CPU 16M floats), a multiple of 64 rows */
+    size_t budget = m->be->logits_floats ? m->be->logits_floats : (size_t)1 << 24;
+    int tc = (int)(budget / (size_t)m->V > (size_t)1 << 20 ? (size_t)1 << 20 : budget / (size_t)m->V);
     tc = tc < 64 ? 64 : tc & ~63;
     a->TC = tc < a->T ? tc : a->T;
     a->layer = tn_xcalloc((size_t)m->L, sizeof *a->layer);
@@ -214,7 +215,7 @@ static void lora_backward(const tn_model *m, tn_acts *a, const tn_lora_pair *w, 
         size_t n = (size_t)T * in;
         be->matmul(0, 0, T, in, r, 1.0f, a->dla, r, w->A, in, 0.0f, a->drop_dx, in);
         row_dropout(m, a, a->drop_dx, a->drop_dx, in, seed); /* same mask, same 1/(1-p) */
-        for (size_t i = 0; i < n; i++) dx[i] += a->drop_dx[i]; /* CPU-only path; see backend note */
+        be->add(dx, a->drop_dx, n);
     }
 }
 

@@ -343,6 +343,17 @@ int tn_checkpoint_latest(const char *output_dir, char *out, size_t size) {
     return found;
 }
 
+/* dir's manifest parsed, or NULL when it is missing or not JSON (tn_checkpoint_verify says which). */
+static cJSON *read_manifest(const char *dir) {
+    char *mp = tn_path_join(dir, MANIFEST);
+    size_t n = 0;
+    char *text = tn_read_file(mp, &n, 1 << 20);
+    free(mp);
+    cJSON *root = text ? cJSON_ParseWithLength(text, n) : NULL;
+    free(text);
+    return root;
+}
+
 int tn_checkpoint_load(const char *dir, tn_model *m, tn_adamw *opt, tn_ckpt_state *st) {
     if (tn_checkpoint_verify(dir) != 0) return -1;
     if ((m->lora.r ? tn_model_load_adapter(m, dir) : tn_model_load_hf(m, dir)) != 0) return -1;
@@ -354,12 +365,7 @@ int tn_checkpoint_load(const char *dir, tn_model *m, tn_adamw *opt, tn_ckpt_stat
     free(mh), free(vh);
     if (rc) return rc;
     /* the position comes from the manifest (verified above) */
-    char *mp = tn_path_join(dir, MANIFEST);
-    size_t n = 0;
-    char *text = tn_read_file(mp, &n, 1 << 20);
-    free(mp);
-    cJSON *root = text ? cJSON_ParseWithLength(text, n) : NULL;
-    free(text);
+    cJSON *root = read_manifest(dir);
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(root, "step"),
                 *seen = cJSON_GetObjectItemCaseSensitive(root, "samples_seen"),
                 *adam = cJSON_GetObjectItemCaseSensitive(root, "adam_step");
@@ -376,12 +382,7 @@ int tn_checkpoint_load(const char *dir, tn_model *m, tn_adamw *opt, tn_ckpt_stat
 }
 
 int tn_checkpoint_recipe(const char *dir, char *out, size_t n) {
-    char *mp = tn_path_join(dir, MANIFEST);
-    size_t len = 0;
-    char *text = tn_read_file(mp, &len, 1 << 20);
-    free(mp);
-    cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
-    free(text);
+    cJSON *root = read_manifest(dir);
     out[0] = '\0';
     if (!root) return 0; /* no manifest: tn_checkpoint_verify/_load name the problem */
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "recipe"), *e;

@@ -126,7 +126,14 @@ static int load_data(const tn_train_config *cfg, tn_comm *comm, job_data *d) {
     return 0;
 }
 
-static tn_model *load_model(const tn_train_config *cfg) {
+/* The backend of this rank (backend.h tn_backend_select: the CPU, or the GPU of its local rank). */
+static const tn_backend *select_backend(const tn_train_config *cfg, tn_comm *comm) {
+    const tn_backend *be = tn_backend_select(cfg->device, cfg->bf16, tn_comm_get_info(comm)->local_rank);
+    if (!be) tn_err("%s: key 'device' (or $TANDEM_DEVICE): %s", cfg->source_path, tn_errmsg());
+    return be;
+}
+
+static tn_model *load_model(const tn_train_config *cfg, const tn_backend *be) {
     int fresh = !cfg->model_name_or_path[0];
     char *cfg_path = fresh ? tn_xstrdup(cfg->model_config) : tn_path_join(cfg->model_name_or_path, "config.json");
     tn_model_config mc;
@@ -146,7 +153,7 @@ static tn_model *load_model(const tn_train_config *cfg) {
             goto out;
         }
     }
-    m = tn_model_create(&mc, &lora, tn_backend_cpu());
+    m = tn_model_create(&mc, &lora, be);
     tn_model_init_random(m, (uint64_t)cfg->seed); /* LoRA adapters (and a fresh model) start from here */
     m->base_name_or_path = fresh ? NULL : cfg->model_name_or_path; /* adapter_config.json names it */
     if ((!fresh && tn_model_load_hf(m, cfg->model_name_or_path) != 0) ||
@@ -177,12 +184,17 @@ static void print_banner(const tn_train_config *cfg, const tn_model *m, const tn
            m->cfg.model_type, m->L, m->D, m->V, base / 1e6, m->n_trainable / 1e6,
            m->lora.r ? "LoRA" : "full fine-tuning");
     const char *policy = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT"); /* main.c sets a default */
-    printf("tandem: %d steps of %d rank(s) x %d x %d sequences x %d tokens, lr %.2g (%s, %d warmup), "
-           "%d threads per rank (%s; OpenMP waits: %s%s%s%s%s)\n",
-           t->total_steps, t->world, t->micro_batch, t->accum, t->data->S, cfg->learning_rate,
-           tn_train_config_sched_name(cfg), t->warmup_steps, m->be->num_threads(), m->be->kernel_name(),
-           policy ? "OMP_WAIT_POLICY=" : "", policy ? policy : "", policy && spin ? " " : "",
-           spin ? "GOMP_SPINCOUNT=" : "", spin ? spin : (policy ? "" : "libgomp default"));
+    if (strcmp(m->be->name, "cpu") == 0)
+        printf("tandem: %d steps of %d rank(s) x %d x %d sequences x %d tokens, lr %.2g (%s, %d warmup), "
+               "%d threads per rank (%s; OpenMP waits: %s%s%s%s%s)\n",
+               t->total_steps, t->world, t->micro_batch, t->accum, t->data->S, cfg->learning_rate,
+               tn_train_config_sched_name(cfg), t->warmup_steps, m->be->num_threads(), m->be->kernel_name(),
+               policy ? "OMP_WAIT_POLICY=" : "", policy ? policy : "", policy && spin ? " " : "",
+               spin ? "GOMP_SPINCOUNT=" : "", spin ? spin : (policy ? "" : "libgomp default"));
+    else /* one GPU per rank: the device line names rank 0's */
+        printf("tandem: %d steps of %d rank(s) x %d x %d sequences x %d tokens, lr %.2g (%s, %d warmup), on %s (%s)\n",
+               t->total_steps, t->world, t->micro_batch, t->accum, t->data->S, cfg->learning_rate,
+               tn_train_config_sched_name(cfg), t->warmup_steps, m->be->describe(), m->be->kernel_name());
     if (t->comm && t->world > 1) {
         const tn_comm_info *in = tn_comm_get_info(t->comm);
         static const char *const codec[] = {"fp32", "bf16", "int8"};
@@ -600,7 +612,13 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     tn_dataset train = data.train, eval = data.eval;
     /* absurd sizes are one line naming the key and the bytes, before anything is allocated */
     if (rc == 0) rc = agree(comm, tn_memory_check(cfg, train.S, tn_comm_get_info(comm)->local_size));
-    tn_model *m = rc ? NULL : load_model(cfg);
+    /* the backend: every rank the same kind, device memory attached to the comm layer (NCCL or staged MPI) */
+    const tn_backend *be = NULL;
+    char comm_note[320] = "";
+    if (rc == 0) rc = agree(comm, (be = select_backend(cfg, comm)) ? 0 : -1);
+    if (rc == 0) rc = agree(comm, tn_backend_attach_comm(be, comm, comm_note, sizeof comm_note));
+    if (rc == 0 && lead && comm_note[0]) printf("tandem: note: %s\n", comm_note);
+    tn_model *m = rc ? NULL : load_model(cfg, be);
     int need = is_demo(cfg) ? TN_BYTE_VOCAB : data.vocab;
     if (m && m->V < need) {
         tn_err("%s: the %s has %d tokens but the model's vocab_size is %d", cfg->source_path,

@@ -53,6 +53,21 @@ int tn_replica_check_fingerprints(tn_comm *c, uint64_t build, uint64_t config, u
     return rc;
 }
 
+/* Hash of the frozen weights as the backend holds them, read back in pieces (backend memory may be a GPU's). */
+static uint64_t frozen_hash(const tn_model *m) {
+    const size_t piece = (size_t)1 << 22;
+    size_t frozen = m->n_total - m->n_trainable;
+    float *host = tn_xmalloc((frozen < piece ? frozen : piece) * sizeof *host + 1);
+    uint64_t h = 0;
+    for (size_t off = 0; off < frozen; off += piece) {
+        size_t n = frozen - off < piece ? frozen - off : piece;
+        m->be->download(host, m->slab + m->n_trainable + off, n);
+        h = tn_hash64(host, n * sizeof *host, h);
+    }
+    free(host);
+    return h;
+}
+
 int tn_replica_sync_params(tn_comm *c, tn_model *m) {
     const tn_comm_info *in = tn_comm_get_info(c);
     if (in->size == 1) return 0;
@@ -63,8 +78,7 @@ int tn_replica_sync_params(tn_comm *c, tn_model *m) {
         if (tn_comm_bcast(c, m->slab + off, n * sizeof(float), 0) != 0)
             return tn_err("broadcast of the initial parameters failed: %s", tn_errmsg());
     }
-    size_t frozen = m->n_total - m->n_trainable;
-    uint64_t h = tn_hash64(m->slab + m->n_trainable, frozen * sizeof(float), 0);
+    uint64_t h = frozen_hash(m);
     uint64_t *all = tn_xmalloc((size_t)in->size * sizeof h);
     int rc = tn_comm_allgather(c, &h, sizeof h, all);
     if (rc != 0) rc = tn_err("frozen-weight fingerprint exchange failed: %s", tn_errmsg());

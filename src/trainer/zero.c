@@ -11,7 +11,8 @@
 struct tn_zero {
     tn_comm *c;
     tn_model *m;
-    int stage, full;
+    int stage, full, track;
+    size_t peak;         /* tn_zero_track_peak */
     size_t lo, n;        /* this rank's shard of the trainable slab */
     tn_comm_op **op;     /* [L + 2] all-gather in flight per group */
     unsigned char *here; /* [L + 2] the group's parameters are complete on this rank */
@@ -52,9 +53,16 @@ static void release_group(tn_zero *z, int g) {
     z->here[g + 1] = hi == lo;
 }
 
+static void sample_peak(tn_zero *z) {
+    tn_zero_resident r;
+    tn_zero_resident_bytes(z, &r);
+    if (r.params + r.grads > z->peak) z->peak = r.params + r.grads;
+}
+
 static void on_params(void *ctx, int g, int need, int next) {
     tn_zero *z = ctx;
     if (z->full) return;
+    if (z->track) sample_peak(z);
     if (!need) {
         if (z->stage == 3) release_group(z, g);
         return;
@@ -62,6 +70,15 @@ static void on_params(void *ctx, int g, int need, int next) {
     if (z->stage == 3) gather(z, g);
     wait_group(z, g);
     if (z->stage == 3 && next >= -1) gather(z, next); /* prefetch: moves while this group computes */
+    if (z->track) sample_peak(z);
+}
+
+void tn_zero_track_peak(tn_zero *z, int on) { z->track = on, z->peak = 0; }
+
+size_t tn_zero_peak_bytes(tn_zero *z) {
+    size_t p = z->peak;
+    z->peak = 0;
+    return p;
 }
 
 tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage) {

@@ -45,6 +45,10 @@ void tn_zero_end_full(tn_zero *z);
  * when the exchange fails. */
 int tn_zero_clip(tn_zero *z, double max_norm, double *norm);
 void tn_zero_resident_bytes(const tn_zero *z, tn_zero_resident *r);
+/* Benchmarks: the most parameter + gradient bytes resident at any group boundary of the passes since the
+ * last call (sampled at every gather and release; costs a residency scan each, so off unless asked). */
+void tn_zero_track_peak(tn_zero *z, int on);
+size_t tn_zero_peak_bytes(tn_zero *z);
 /* Checkpoints, collective. Save: rank 0 writes every shard's moments into dir (its own, then each other
  * rank's as it arrives; the others send theirs) and goes on receiving after a write error, so that nobody
  * waits forever. Load: rank 0 reads each other rank's shard from dir (written at any world size or stage)

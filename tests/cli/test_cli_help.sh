@@ -27,7 +27,7 @@ for cmd in train launch export chat generate init-model compare tokenize "bench 
   check 'cmp -s "$T/page" "$T/page-late"'
 done
 for pair in cmd_launch.c:launch cmd_compare.c:compare cmd_tokenize.c:tokenize cmd_chat.c:generate \
-  cmd_export.c:init-model cmd_bench.c:bench cmd_bench_allreduce.c:"bench allreduce"; do
+  cmd_export.c:init-model cmd_bench.c:bench cmd_bench_allreduce.c:"bench allreduce" cmd_topo.c:topo; do
   file=${pair%%:*} cmd=${pair#*:}
   "$BIN" $cmd --help >"$T/page" 2>&1
   n=0

@@ -20,10 +20,8 @@ check '[ -s "$T/a/model.safetensors" ]'
 # kill -9 one rank once checkpoint-80 is complete (its manifest is written last)
 "$BIN" launch -n 2 --no-bind --max-restarts 1 "$EX/demo_addition.yaml" $ARGS output_dir="$T/b" >"$T/b.log" 2>&1 &
 launcher=$!
-for _ in $(seq 1 600); do [ -f "$T/b/checkpoint-80/tandem_manifest.json" ] && break; sleep 0.1; done
-victim=$(pgrep -f "tandem train .*output_dir=$T/b" | tail -1)
+kill_rank_when "$T/b/checkpoint-80/tandem_manifest.json" "$T/b"
 check '[ -n "$victim" ]'
-[ -n "$victim" ] && kill -9 "$victim"
 wait $launcher
 rc=$?
 check '[ $rc -eq 0 ]'
@@ -35,9 +33,7 @@ echo "kill -9 of rank pid $victim: launcher exit $rc; final model $(cmp -s "$T/a
 # no restarts allowed: the kill fails the launch
 "$BIN" launch -n 2 --no-bind "$EX/demo_addition.yaml" $ARGS output_dir="$T/c" >"$T/c.log" 2>&1 &
 launcher=$!
-for _ in $(seq 1 600); do [ -f "$T/c/checkpoint-40/tandem_manifest.json" ] && break; sleep 0.1; done
-victim=$(pgrep -f "tandem train .*output_dir=$T/c" | tail -1)
-[ -n "$victim" ] && kill -9 "$victim"
+kill_rank_when "$T/c/checkpoint-40/tandem_manifest.json" "$T/c"
 wait $launcher
 rc=$?
 check '[ $rc -ne 0 ]'

@@ -101,10 +101,8 @@ ARGS="max_steps=120 save_steps=40 logging_steps=40 per_device_train_batch_size=1
 "$BIN" launch -n 2 --no-bind "$EX/demo_addition.yaml" $ARGS output_dir="$T/whole" >"$T/whole.log" 2>&1
 "$BIN" launch -n 2 --no-bind --max-restarts 1 "$EX/demo_addition.yaml" $ARGS output_dir="$T/killed" >"$T/killed.log" 2>&1 &
 launcher=$!
-for _ in $(seq 1 600); do [ -f "$T/killed/checkpoint-40/tandem_manifest.json" ] && break; sleep 0.1; done
-victim=$(pgrep -f "tandem train .*output_dir=$T/killed" | tail -1)
+kill_rank_when "$T/killed/checkpoint-40/tandem_manifest.json" "$T/killed"
 check '[ -n "$victim" ]'
-[ -n "$victim" ] && kill -9 "$victim"
 wait $launcher
 rc=$?
 check '[ $rc -eq 0 ] && grep -q "resuming from .*checkpoint-" "$T/killed.log"'

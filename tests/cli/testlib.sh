@@ -46,3 +46,12 @@ need_root() {
 need_netns() {
   _why=$("$2/netns.sh" check 2>&1) || { echo "$1: FAIL: cannot simulate two machines here: $_why"; exit 1; }
 }
+
+# kill_rank_when FILE OUTPUT_DIR: once FILE exists (at most 60 s; e.g. a checkpoint's manifest, written last),
+# kill -9 the newest rank of the run writing OUTPUT_DIR. Its pid in $victim (empty when none was found).
+kill_rank_when() {
+  for _ in $(seq 1 600); do [ -f "$1" ] && break; sleep 0.1; done
+  victim=$(pgrep -f "tandem train .*output_dir=$2" | tail -1)
+  [ -n "$victim" ] && kill -9 "$victim"
+  return 0
+}

@@ -1,0 +1,71 @@
+/* backend_select.c -- which backend a run computes on: the CPU, or (in a build with CUDA) one GPU per rank. */
+#include "backend/backend.h"
+
+#include <string.h>
+
+#include "comm/comm.h"
+#include "core/core.h"
+#ifdef TANDEM_HAVE_CUDA
+#include "backend/cuda_backend.h"
+#endif
+
+int tn_backend_have_cuda(void) {
+#ifdef TANDEM_HAVE_CUDA
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int tn_backend_gpu_count(void) {
+#ifdef TANDEM_HAVE_CUDA
+    return tn_cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
+int tn_backend_gpu_bus_id(int ordinal, char *buf, int len) {
+#ifdef TANDEM_HAVE_CUDA
+    return tn_cuda_pci_bus_id(ordinal, buf, len);
+#else
+    (void)ordinal, (void)buf, (void)len;
+    return -1;
+#endif
+}
+
+const tn_backend *tn_backend_select(const char *device, int bf16, int local_rank) {
+    int want_cuda = strcmp(device, "cuda") == 0, want_cpu = strcmp(device, "cpu") == 0;
+    if (!want_cuda && !want_cpu && strcmp(device, "auto") != 0) {
+        tn_err("device '%s' is not known (expected auto, cpu or cuda)", device);
+        return NULL;
+    }
+    if (want_cpu) return tn_backend_cpu();
+#ifdef TANDEM_HAVE_CUDA
+    int n = tn_cuda_device_count();
+    if (n == 0) {
+        if (!want_cuda) return tn_backend_cpu();
+        tn_err("device 'cuda': no GPU is visible (no NVIDIA driver, no device, or CUDA_VISIBLE_DEVICES is empty)");
+        return NULL;
+    }
+    /* one GPU per rank: the ranks of a machine take the visible devices in turn */
+    return tn_backend_cuda(local_rank % n, bf16);
+#else
+    (void)bf16, (void)local_rank;
+    if (!want_cuda) return tn_backend_cpu();
+    tn_err("device 'cuda': this tandem was built without CUDA (nvcc was not found when it was configured)");
+    return NULL;
+#endif
+}
+
+int tn_backend_attach_comm(const tn_backend *be, tn_comm *c, char *note, size_t note_size) {
+#ifdef TANDEM_HAVE_CUDA
+    if (strcmp(be->name, "cuda") == 0) {
+        tn_comm_device d = {.name = "cuda", .owns = tn_cuda_owns, .to_host = tn_cuda_to_host,
+                            .to_device = tn_cuda_to_device, .queue = tn_cuda_stream(), .device = tn_cuda_device()};
+        return tn_comm_attach_device(c, &d, note, note_size);
+    }
+#endif
+    (void)be;
+    return tn_comm_attach_device(c, NULL, note, note_size);
+}

@@ -1,0 +1,618 @@
+/* cuda_backend.cu -- the CUDA backend's state and memory: opening the device, allocations (the parameter slab with
+ * its bf16-only frozen part), transfers, scratch buffers, the comm hooks and the tn_backend table. The kernels are
+ * in cuda_kernels.cu, matrix products in cuda_gemm.cu, attention in cuda_attention.cu. See cuda_backend.h. */
+#include <cublasLt.h>
+#include <cuda.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda_internal.cuh"
+
+cu_state g_cu;
+
+void tn_cuda_fail(const char *what, cudaError_t e, const char *file, int line) {
+    tn_die("cuda: %s failed on device %d: %s (%s:%d)", what, g_cu.device, cudaGetErrorString(e), file, line);
+}
+
+void cu_launched(const char *kernel) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && g_cu.sync_each) e = cudaStreamSynchronize(g_cu.stream);
+    if (e != cudaSuccess) tn_die("cuda: kernel %s failed on device %d: %s", kernel, g_cu.device, cudaGetErrorString(e));
+}
+
+/* ------------------------------------------------------------------ memory accounting */
+
+/* Every block this backend handed out, for tn_cuda_owns and free(). A parameter slab with a frozen part is a
+ * reserved address range whose trainable prefix is mapped (VMM) and whose frozen part lives in `frozen` (bf16). */
+typedef struct {
+    uintptr_t lo, hi;     /* [lo, hi): the float addresses the caller sees */
+    size_t bytes;         /* device bytes held (mapped prefix + bf16 part, or the cudaMalloc size) */
+    int vmm;              /* 1: reserved range + mapped prefix */
+    CUmemGenericAllocationHandle handle;
+    size_t mapped, reserved;
+    uintptr_t frozen_lo;  /* first frozen float address (hi when none) */
+    bf16 *frozen;
+} cu_block;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static cu_block *g_blocks;
+static int g_n_blocks, g_cap_blocks;
+static size_t g_bytes, g_peak;
+/* The frozen parts, copied out of g_blocks for the lock-free lookup on every kernel call (main thread only). */
+#define MAX_FROZEN 16
+static struct {
+    uintptr_t lo, hi;
+    bf16 *store;
+} g_frozen[MAX_FROZEN];
+static int g_n_frozen;
+
+static void account(ptrdiff_t delta) {
+    g_bytes = (size_t)((ptrdiff_t)g_bytes + delta);
+    if (g_bytes > g_peak) g_peak = g_bytes;
+}
+
+static void remember(const cu_block *b) {
+    pthread_mutex_lock(&g_mu);
+    if (g_n_blocks == g_cap_blocks) {
+        g_cap_blocks = g_cap_blocks ? 2 * g_cap_blocks : 64;
+        g_blocks = (cu_block *)realloc(g_blocks, (size_t)g_cap_blocks * sizeof *g_blocks);
+        if (!g_blocks) tn_die("out of memory (CUDA allocation table)");
+    }
+    g_blocks[g_n_blocks++] = *b;
+    account((ptrdiff_t)b->bytes);
+    pthread_mutex_unlock(&g_mu);
+}
+
+const bf16 *cu_frozen(const float *p) {
+    uintptr_t a = (uintptr_t)p;
+    for (int i = 0; i < g_n_frozen; i++)
+        if (a >= g_frozen[i].lo && a < g_frozen[i].hi) return g_frozen[i].store + (a - g_frozen[i].lo) / sizeof(float);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ driver entry points (no libcuda link) */
+
+/* The binary must start where no driver is installed, so the driver API is reached through the runtime. */
+static struct {
+    decltype(&cuMemGetAllocationGranularity) granularity;
+    decltype(&cuMemAddressReserve) reserve;
+    decltype(&cuMemAddressFree) address_free;
+    decltype(&cuMemCreate) create;
+    decltype(&cuMemRelease) release;
+    decltype(&cuMemMap) map;
+    decltype(&cuMemUnmap) unmap;
+    decltype(&cuMemSetAccess) set_access;
+    decltype(&cuDeviceGet) device_get;
+    decltype(&cuDeviceGetAttribute) attribute;
+    int ok;
+} g_drv;
+
+static void load_driver_entry_points(void) {
+#define ENTRY(field, name)                                                                                        \
+    do {                                                                                                          \
+        cudaDriverEntryPointQueryResult q;                                                                        \
+        void *fn = NULL;                                                                                          \
+        if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||           \
+            q != cudaDriverEntryPointSuccess || !fn) {                                                            \
+            (void)cudaGetLastError();                                                                             \
+            return;                                                                                               \
+        }                                                                                                         \
+        memcpy(&g_drv.field, &fn, sizeof fn);                                                                     \
+    } while (0)
+    ENTRY(granularity, "cuMemGetAllocationGranularity");
+    ENTRY(reserve, "cuMemAddressReserve");
+    ENTRY(address_free, "cuMemAddressFree");
+    ENTRY(create, "cuMemCreate");
+    ENTRY(release, "cuMemRelease");
+    ENTRY(map, "cuMemMap");
+    ENTRY(unmap, "cuMemUnmap");
+    ENTRY(set_access, "cuMemSetAccess");
+    ENTRY(device_get, "cuDeviceGet");
+    ENTRY(attribute, "cuDeviceGetAttribute");
+#undef ENTRY
+    CUdevice dev;
+    int vmm = 0;
+    if (g_drv.device_get(&dev, g_cu.device) != CUDA_SUCCESS ||
+        g_drv.attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) != CUDA_SUCCESS)
+        vmm = 0;
+    g_drv.ok = vmm;
+}
+
+/* ------------------------------------------------------------------ allocation */
+
+static void *device_alloc(size_t bytes, const char *what) {
+    void *p = NULL;
+    bytes = bytes < 256 ? 256 : (bytes + 255) & ~(size_t)255;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        tn_die("out of GPU memory on device %d allocating %.1f MiB for %s (%.1f of %.1f MiB free; this process holds "
+               "%.1f MiB): lower per_device_train_batch_size or cutoff_len, or turn on gradient_checkpointing",
+               g_cu.device, bytes / 1048576.0, what, free_b / 1048576.0, total_b / 1048576.0, g_bytes / 1048576.0);
+    }
+    CU_CHECK(cudaMemsetAsync(p, 0, bytes, g_cu.stream));
+    return p;
+}
+
+static float *cuda_alloc(size_t n) {
+    if (n > SIZE_MAX / sizeof(float) - 4096) tn_die("slab of %zu floats is too large", n);
+    float *p = (float *)device_alloc(n * sizeof(float), "a tensor");
+    cu_block b;
+    memset(&b, 0, sizeof b);
+    b.lo = (uintptr_t)p, b.hi = b.lo + n * sizeof(float), b.bytes = n < 64 ? 256 : (n * sizeof(float) + 255) & ~(size_t)255;
+    b.frozen_lo = b.hi;
+    remember(&b);
+    return p;
+}
+
+static int32_t *cuda_alloc_i32(size_t n) { return (int32_t *)cuda_alloc(n ? n : 1); }
+
+/* The parameter slab: in bf16 mode with a frozen part, a reserved range of n floats whose trainable prefix alone is
+ * backed (VMM), the frozen part held as bf16 beside it. Where VMM is missing, the whole range is plain memory
+ * (the frozen weights are still read from the bf16 copy; only the saving is lost). */
+static float *cuda_alloc_params(size_t n, size_t trainable) {
+    if (!g_cu.bf16 || trainable >= n) return cuda_alloc(n);
+    if (n > SIZE_MAX / sizeof(float) - (64u << 20)) tn_die("parameter slab of %zu floats is too large", n);
+    cu_block b;
+    memset(&b, 0, sizeof b);
+    size_t frozen_n = n - trainable;
+    b.frozen = (bf16 *)device_alloc(frozen_n * sizeof(bf16), "the frozen base weights (bf16)");
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = g_cu.device;
+    size_t gran = 0;
+    CUdeviceptr va = 0;
+    int vmm = g_drv.ok && g_drv.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS && gran;
+    if (vmm) {
+        b.reserved = (n * sizeof(float) + gran - 1) / gran * gran;
+        b.mapped = (trainable * sizeof(float) + gran - 1) / gran * gran;
+        vmm = g_drv.reserve(&va, b.reserved, gran, 0, 0) == CUDA_SUCCESS;
+        if (vmm && b.mapped) {
+            CUmemAccessDesc acc;
+            memset(&acc, 0, sizeof acc);
+            acc.location = prop.location;
+            acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+            if (g_drv.create(&b.handle, b.mapped, &prop, 0) != CUDA_SUCCESS) {
+                g_drv.address_free(va, b.reserved);
+                vmm = 0;
+            } else if (g_drv.map(va, b.mapped, 0, b.handle, 0) != CUDA_SUCCESS ||
+                       g_drv.set_access(va, b.mapped, &acc, 1) != CUDA_SUCCESS) {
+                g_drv.unmap(va, b.mapped);
+                g_drv.release(b.handle);
+                g_drv.address_free(va, b.reserved);
+                vmm = 0;
+            }
+        }
+    }
+    if (vmm) {
+        if (b.mapped) CU_CHECK(cudaMemsetAsync((void *)va, 0, b.mapped, g_cu.stream));
+        b.vmm = 1;
+        b.lo = (uintptr_t)va;
+        b.bytes = b.mapped + frozen_n * sizeof(bf16);
+    } else {
+        b.lo = (uintptr_t)device_alloc(n * sizeof(float), "the parameters");
+        b.bytes = n * sizeof(float) + frozen_n * sizeof(bf16);
+    }
+    b.hi = b.lo + n * sizeof(float);
+    b.frozen_lo = b.lo + trainable * sizeof(float);
+    if (g_n_frozen == MAX_FROZEN) tn_die("cuda: more than %d parameter slabs with frozen weights", MAX_FROZEN);
+    g_frozen[g_n_frozen].lo = b.frozen_lo, g_frozen[g_n_frozen].hi = b.hi, g_frozen[g_n_frozen].store = b.frozen;
+    g_n_frozen++;
+    remember(&b);
+    return (float *)b.lo;
+}
+
+static void cuda_free(void *p) {
+    if (!p) return;
+    pthread_mutex_lock(&g_mu);
+    int k = 0;
+    while (k < g_n_blocks && g_blocks[k].lo != (uintptr_t)p) k++;
+    if (k == g_n_blocks) {
+        pthread_mutex_unlock(&g_mu);
+        tn_die("cuda: free of %p, which this backend did not allocate", p);
+    }
+    cu_block b = g_blocks[k];
+    g_blocks[k] = g_blocks[--g_n_blocks];
+    account(-(ptrdiff_t)b.bytes);
+    pthread_mutex_unlock(&g_mu);
+    CU_CHECK(cudaStreamSynchronize(g_cu.stream)); /* nothing queued may still use it */
+    if (b.frozen) {
+        for (int i = 0; i < g_n_frozen; i++)
+            if (g_frozen[i].store == b.frozen) g_frozen[i] = g_frozen[--g_n_frozen];
+        CU_CHECK(cudaFree(b.frozen));
+    }
+    if (b.vmm) {
+        if (b.mapped) {
+            g_drv.unmap((CUdeviceptr)b.lo, b.mapped);
+            g_drv.release(b.handle);
+        }
+        g_drv.address_free((CUdeviceptr)b.lo, b.reserved);
+    } else {
+        CU_CHECK(cudaFree(p));
+    }
+}
+
+/* ------------------------------------------------------------------ scratch */
+
+static struct {
+    void *p;
+    size_t bytes;
+} g_scratch[SCR_COUNT];
+
+void *cu_scratch(int slot, size_t bytes) {
+    if (g_scratch[slot].bytes >= bytes) return g_scratch[slot].p;
+    size_t grow = bytes + bytes / 4;
+    if (g_scratch[slot].p) {
+        CU_CHECK(cudaStreamSynchronize(g_cu.stream)); /* queued kernels may still read the old buffer */
+        CU_CHECK(cudaFree(g_scratch[slot].p));
+        pthread_mutex_lock(&g_mu);
+        account(-(ptrdiff_t)g_scratch[slot].bytes);
+        pthread_mutex_unlock(&g_mu);
+    }
+    g_scratch[slot].p = device_alloc(grow, "scratch");
+    g_scratch[slot].bytes = grow;
+    pthread_mutex_lock(&g_mu);
+    account((ptrdiff_t)grow);
+    pthread_mutex_unlock(&g_mu);
+    return g_scratch[slot].p;
+}
+
+static void *g_host_scratch;
+void *cu_host_scratch(void) { return g_host_scratch; }
+
+/* ------------------------------------------------------------------ conversions */
+
+__global__ void k_f32_to_bf16(bf16 *dst, int ldd, const float *src, int lds, int rows, int cols) {
+    size_t n = (size_t)rows * cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / (size_t)cols, c = i % (size_t)cols;
+        dst[r * ldd + c] = __float2bfloat16_rn(src[r * lds + c]);
+    }
+}
+
+__global__ void k_bf16_to_f32(float *dst, int ldd, const bf16 *src, int lds, int rows, int cols) {
+    size_t n = (size_t)rows * cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / (size_t)cols, c = i % (size_t)cols;
+        dst[r * ldd + c] = __bfloat162float(src[r * lds + c]);
+    }
+}
+
+/* Contiguous conversions get their own kernels: 16-byte loads, no division per element. */
+__global__ void k_f32_to_bf16_flat(bf16 *dst, const float *src, size_t n) {
+    size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * 4;
+    if (i + 4 <= n && ((uintptr_t)(src + i) & 15) == 0 && ((uintptr_t)(dst + i) & 7) == 0) {
+        float4 v = *(const float4 *)(src + i);
+        __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+        *(__nv_bfloat162 *)(dst + i) = a;
+        *(__nv_bfloat162 *)(dst + i + 2) = b;
+    } else {
+        for (size_t j = i; j < i + 4 && j < n; j++) dst[j] = __float2bfloat16_rn(src[j]);
+    }
+}
+
+void cu_f32_to_bf16(bf16 *dst, int ldd, const float *src, int lds, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    size_t n = (size_t)rows * cols;
+    if (ldd == cols && lds == cols) {
+        k_f32_to_bf16_flat<<<cu_blocks((n + 3) / 4, 256), 256, 0, g_cu.stream>>>(dst, src, n);
+    } else {
+        unsigned b = cu_blocks(n, 256);
+        k_f32_to_bf16<<<b < 65536 ? b : 65536, 256, 0, g_cu.stream>>>(dst, ldd, src, lds, rows, cols);
+    }
+    cu_launched("f32_to_bf16");
+}
+
+void cu_bf16_to_f32(float *dst, int ldd, const bf16 *src, int lds, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    unsigned b = cu_blocks((size_t)rows * cols, 256);
+    k_bf16_to_f32<<<b < 65536 ? b : 65536, 256, 0, g_cu.stream>>>(dst, ldd, src, lds, rows, cols);
+    cu_launched("bf16_to_f32");
+}
+
+const float *cu_weight_f32(const float *p, size_t n) {
+    const bf16 *f = cu_frozen(p);
+    if (!f) return p;
+    /* stream order makes one buffer enough: the kernel that reads this copy runs before the next conversion */
+    float *dst = (float *)cu_scratch(SCR_WEIGHT, n * sizeof(float));
+    cu_bf16_to_f32(dst, (int)n, f, (int)n, 1, (int)n);
+    return dst;
+}
+
+/* ------------------------------------------------------------------ transfers */
+
+#define STAGE_FLOATS ((size_t)1 << 22) /* 16 MB staging chunks for frozen (bf16) transfers */
+
+/* Split [p, p + n) at the start of a frozen range: the fp32 part first. */
+static size_t plain_prefix(const float *p, size_t n) {
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)(p + n);
+    for (int i = 0; i < g_n_frozen; i++)
+        if (g_frozen[i].lo > a && g_frozen[i].lo < b) return (g_frozen[i].lo - a) / sizeof(float);
+    return n;
+}
+
+static void cuda_upload(float *dst, const float *host, size_t n) {
+    while (n) {
+        const bf16 *f = cu_frozen(dst);
+        size_t k = f ? n : plain_prefix(dst, n);
+        if (!f) {
+            CU_CHECK(cudaMemcpyAsync(dst, host, k * sizeof(float), cudaMemcpyHostToDevice, g_cu.stream));
+        } else {
+            uintptr_t end = 0; /* stay inside this frozen range */
+            for (int i = 0; i < g_n_frozen; i++)
+                if ((uintptr_t)dst >= g_frozen[i].lo && (uintptr_t)dst < g_frozen[i].hi) end = g_frozen[i].hi;
+            if ((uintptr_t)(dst + k) > end) k = (end - (uintptr_t)dst) / sizeof(float);
+            float *stage = (float *)cu_scratch(SCR_PARTIAL, STAGE_FLOATS * sizeof(float));
+            for (size_t off = 0; off < k; off += STAGE_FLOATS) {
+                size_t c = k - off < STAGE_FLOATS ? k - off : STAGE_FLOATS;
+                CU_CHECK(cudaMemcpyAsync(stage, host + off, c * sizeof(float), cudaMemcpyHostToDevice, g_cu.stream));
+                cu_f32_to_bf16((bf16 *)f + off, (int)c, stage, (int)c, 1, (int)c);
+            }
+        }
+        CU_CHECK(cudaStreamSynchronize(g_cu.stream)); /* the caller may reuse host at once */
+        dst += k, host += k, n -= k;
+    }
+}
+
+static void cuda_download(float *host, const float *src, size_t n) {
+    while (n) {
+        const bf16 *f = cu_frozen(src);
+        size_t k = f ? n : plain_prefix(src, n);
+        if (!f) {
+            CU_CHECK(cudaMemcpyAsync(host, src, k * sizeof(float), cudaMemcpyDeviceToHost, g_cu.stream));
+            CU_CHECK(cudaStreamSynchronize(g_cu.stream));
+        } else {
+            uintptr_t end = 0;
+            for (int i = 0; i < g_n_frozen; i++)
+                if ((uintptr_t)src >= g_frozen[i].lo && (uintptr_t)src < g_frozen[i].hi) end = g_frozen[i].hi;
+            if ((uintptr_t)(src + k) > end) k = (end - (uintptr_t)src) / sizeof(float);
+            float *stage = (float *)cu_scratch(SCR_PARTIAL, STAGE_FLOATS * sizeof(float));
+            for (size_t off = 0; off < k; off += STAGE_FLOATS) {
+                size_t c = k - off < STAGE_FLOATS ? k - off : STAGE_FLOATS;
+                cu_bf16_to_f32(stage, (int)c, f + off, (int)c, 1, (int)c);
+                CU_CHECK(cudaMemcpyAsync(host + off, stage, c * sizeof(float), cudaMemcpyDeviceToHost, g_cu.stream));
+                CU_CHECK(cudaStreamSynchronize(g_cu.stream));
+            }
+        }
+        src += k, host += k, n -= k;
+    }
+}
+
+static void cuda_upload_i32(int32_t *dst, const int32_t *host, size_t n) {
+    if (!n) return;
+    CU_CHECK(cudaMemcpyAsync(dst, host, n * sizeof *dst, cudaMemcpyHostToDevice, g_cu.stream));
+    CU_CHECK(cudaStreamSynchronize(g_cu.stream));
+}
+
+/* Writers of whole ranges: a frozen range may only be zeroed (a fresh model) or uploaded. */
+static void cuda_zero(float *p, size_t n) {
+    if (!n) return;
+    const bf16 *f = cu_frozen(p);
+    size_t k = f ? 0 : plain_prefix(p, n);
+    if (k) CU_CHECK(cudaMemsetAsync(p, 0, k * sizeof(float), g_cu.stream));
+    if (k < n) {
+        const bf16 *rest = cu_frozen(p + k);
+        if (!rest) tn_die("cuda: zero of a range that leaves a frozen weight slab");
+        CU_CHECK(cudaMemsetAsync((void *)rest, 0, (n - k) * sizeof(bf16), g_cu.stream));
+    }
+}
+
+static void no_frozen(const float *p, size_t n, const char *what) {
+    if (n && (cu_frozen(p) || plain_prefix(p, n) != n))
+        tn_die("cuda: %s writes frozen (bf16-only) weights, which only upload may change", what);
+}
+
+/* GPU memory is not handed back page by page (a sharded slab keeps its full size here): release zeroes. */
+static void cuda_release(float *p, size_t n) { cuda_zero(p, n); }
+
+static size_t cuda_resident(const float *p, size_t n) {
+    if (!n) return 0;
+    const bf16 *f = cu_frozen(p);
+    size_t k = f ? 0 : plain_prefix(p, n);
+    return k * sizeof(float) + (n - k) * sizeof(bf16);
+}
+
+static void cuda_copy(float *dst, const float *src, size_t n) {
+    if (!n || dst == src) return;
+    no_frozen(dst, n, "copy");
+    const bf16 *f = cu_frozen(src);
+    if (f) {
+        cu_bf16_to_f32(dst, (int)n, f, (int)n, 1, (int)n);
+        return;
+    }
+    CU_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, g_cu.stream));
+}
+
+static void cuda_copy_rows(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    no_frozen(dst, (size_t)(rows - 1) * ldd + cols, "copy_rows");
+    cu_copy_rows(dst, ldd, src, lds, rows, cols);
+}
+
+static void cuda_scale(float *x, size_t n, float s) {
+    no_frozen(x, n, "scale");
+    cu_scale(x, n, s);
+}
+
+static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1, double beta2,
+                       double eps, double weight_decay, double bias_corr1, double bias_corr2) {
+    no_frozen(p, n, "adamw");
+    cu_adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2);
+}
+
+static void cuda_matmul(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                        int ldb, float beta, float *C, int ldc) {
+    if (M > 0 && N > 0) no_frozen(C, (size_t)(M - 1) * ldc + N, "a matrix product (LoRA merges run on the CPU)");
+    cu_matmul(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* ------------------------------------------------------------------ the rest of the table */
+
+static int cuda_num_threads(void) { return g_cu.sms; }
+
+static const char *cuda_kernel_name(void) {
+    static char name[64];
+    if (!name[0]) {
+        size_t v = cublasLtGetVersion();
+        snprintf(name, sizeof name, "cuBLASLt %zu.%zu.%zu", v / 10000, v / 100 % 100, v % 100);
+    }
+    return name;
+}
+
+static const char *cuda_describe(void) { return g_cu.describe; }
+
+static size_t cuda_peak_bytes(void) {
+    pthread_mutex_lock(&g_mu);
+    size_t p = g_peak;
+    pthread_mutex_unlock(&g_mu);
+    return p;
+}
+
+static void cuda_sync(void) { CU_CHECK(cudaStreamSynchronize(g_cu.stream)); }
+
+static tn_backend g_backend;
+
+static void fill_table(tn_backend *b) {
+    b->name = "cuda";
+    b->num_threads = cuda_num_threads;
+    b->kernel_name = cuda_kernel_name;
+    b->alloc = cuda_alloc;
+    b->alloc_i32 = cuda_alloc_i32;
+    b->free = cuda_free;
+    b->upload = cuda_upload;
+    b->download = cuda_download;
+    b->upload_i32 = cuda_upload_i32;
+    b->zero = cuda_zero;
+    b->release = cuda_release;
+    b->resident = cuda_resident;
+    b->copy = cuda_copy;
+    b->copy_rows = cuda_copy_rows;
+    b->matmul = cuda_matmul;
+    b->add_bias = cu_add_bias;
+    b->bias_backward = cu_bias_backward;
+    b->embedding_forward = cu_embedding_forward;
+    b->embedding_backward = cu_embedding_backward;
+    b->rmsnorm_forward = cu_rmsnorm_forward;
+    b->rmsnorm_backward = cu_rmsnorm_backward;
+    b->head_rmsnorm_forward = cu_head_rmsnorm_forward;
+    b->head_rmsnorm_backward = cu_head_rmsnorm_backward;
+    b->rope = cu_rope;
+    b->attention_forward = cu_attention_forward;
+    b->attention_backward = cu_attention_backward;
+    b->swiglu_forward = cu_swiglu_forward;
+    b->swiglu_backward = cu_swiglu_backward;
+    b->cross_entropy = cu_cross_entropy;
+    b->dropout = cu_dropout;
+    b->sumsq = cu_sumsq;
+    b->scale = cuda_scale;
+    b->adamw = cuda_adamw;
+    b->all_finite = cu_all_finite;
+    b->alloc_params = cuda_alloc_params;
+    b->add = cu_add;
+    /* 256M floats (1 GiB) of logits per chunk: lm_head products of >= 1700 rows for a 151936 vocabulary */
+    b->logits_floats = (size_t)1 << 28;
+    b->describe = cuda_describe;
+    b->peak_bytes = cuda_peak_bytes;
+    b->sync = cuda_sync;
+}
+
+/* ------------------------------------------------------------------ opening */
+
+int tn_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+int tn_cuda_pci_bus_id(int ordinal, char *buf, int len) {
+    if (cudaDeviceGetPCIBusId(buf, len, ordinal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
+
+const tn_backend *tn_backend_cuda(int device, int bf16) {
+    if (g_cu.open) {
+        if (device != g_cu.device || !!bf16 != g_cu.bf16) {
+            tn_err("cuda: the backend is open on device %d (%s); one device and precision per process", g_cu.device,
+                   g_cu.bf16 ? "bf16" : "fp32");
+            return NULL;
+        }
+        return &g_backend;
+    }
+    int n = tn_cuda_device_count();
+    if (device < 0 || device >= n) {
+        tn_err("cuda: device %d is not among the %d visible GPU(s) (CUDA_VISIBLE_DEVICES='%s')", device, n,
+               getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "");
+        return NULL;
+    }
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&g_cu.prop, device);
+    if (e == cudaSuccess && g_cu.prop.major < 8) {
+        tn_err("cuda: device %d (%s) has compute capability %d.%d; tandem's CUDA backend needs 8.0 or newer (bf16 "
+               "tensor cores)", device, g_cu.prop.name, g_cu.prop.major, g_cu.prop.minor);
+        return NULL;
+    }
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&g_cu.stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMallocHost(&g_host_scratch, 16384);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        tn_err("cuda: cannot open device %d: %s", device, cudaGetErrorString(e));
+        return NULL;
+    }
+    g_cu.device = device;
+    g_cu.bf16 = !!bf16;
+    g_cu.sms = g_cu.prop.multiProcessorCount;
+    const char *s = getenv("TANDEM_CUDA_SYNC");
+    g_cu.sync_each = s && strcmp(s, "1") == 0;
+    load_driver_entry_points();
+    snprintf(g_cu.describe, sizeof g_cu.describe,
+             "cuda:%d (%.80s, sm_%d%d, %d SMs, %.1f GiB), %s", device, g_cu.prop.name, g_cu.prop.major,
+             g_cu.prop.minor, g_cu.sms, g_cu.prop.totalGlobalMem / 1073741824.0,
+             bf16 ? "bf16 matrix products with fp32 accumulation, fp32 master weights and AdamW state"
+                  : "fp32 throughout");
+    fill_table(&g_backend);
+    g_cu.open = 1;
+    return &g_backend;
+}
+
+/* ------------------------------------------------------------------ comm hooks */
+
+int tn_cuda_owns(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    pthread_mutex_lock(&g_mu);
+    int found = 0;
+    for (int i = 0; i < g_n_blocks && !found; i++) found = a >= g_blocks[i].lo && a < g_blocks[i].hi;
+    pthread_mutex_unlock(&g_mu);
+    return found;
+}
+
+void tn_cuda_to_host(void *host, const void *dev, size_t bytes) {
+    CU_CHECK(cudaSetDevice(g_cu.device));
+    if (bytes % sizeof(float) == 0 && cu_frozen((const float *)dev)) {
+        cuda_download((float *)host, (const float *)dev, bytes / sizeof(float));
+        return;
+    }
+    CU_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, g_cu.stream));
+    CU_CHECK(cudaStreamSynchronize(g_cu.stream));
+}
+
+void tn_cuda_to_device(void *dev, const void *host, size_t bytes) {
+    CU_CHECK(cudaSetDevice(g_cu.device));
+    no_frozen((const float *)dev, bytes / sizeof(float), "a collective");
+    CU_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, g_cu.stream));
+    CU_CHECK(cudaStreamSynchronize(g_cu.stream));
+}
+
+void *tn_cuda_stream(void) { return (void *)g_cu.stream; }
+int tn_cuda_device(void) { return g_cu.device; }

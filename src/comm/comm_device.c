@@ -1,0 +1,189 @@
+/* comm_device.c -- collectives on accelerator memory (comm.h tn_comm_attach_device): which backend carries device
+ * buffers, and, for the MPI backend, staging through host memory.
+ *
+ * Staging: a blocking collective copies the device buffer to host memory, runs the MPI collective there and copies
+ * the result back. A non-blocking one copies out at once (to_host waits for the kernels that produce the buffer)
+ * and is queued on the host copy like any MPI op; the copy back happens in tn_comm_wait (or wait_all) on the
+ * caller's thread, so every CUDA call stays on the thread that computes. The range collectives (ZeRO) work on a
+ * host mirror of the whole slab, allocated on first use and touched only where ranges are copied. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "core/core.h"
+
+struct tn_staged {
+    tn_comm_op *op;
+    void *dev, *host;
+    size_t bytes;
+    int owns_host;
+    struct tn_staged *next;
+};
+
+struct tn_mirror {
+    const void *dev;
+    size_t n;
+    float *host;
+    struct tn_mirror *next;
+};
+
+int tn_comm_staging(const tn_comm *c, const void *p) {
+    return c->dev && !c->be->device_buffers && p && c->dev->owns(p);
+}
+
+int tn_comm_staged_blocking(tn_comm *c, int what, void *buf, size_t bytes, int root) {
+    void *host = tn_xmalloc(bytes ? bytes : 1);
+    c->dev->to_host(host, buf, bytes);
+    size_t n = bytes / sizeof(float);
+    const tn_comm_backend *m = &tn_comm_backend_mpi;
+    int rc = what == TN_STAGE_ALLREDUCE        ? m->allreduce_f32(c, host, n)
+             : what == TN_STAGE_REDUCE_SCATTER ? m->reduce_scatter_f32(c, host, n)
+             : what == TN_STAGE_ALLGATHER      ? m->allgather_f32(c, host, n)
+                                               : m->bcast(c, host, bytes, root);
+    if (rc == 0) c->dev->to_device(buf, host, bytes);
+    free(host);
+    return rc;
+}
+
+static void remember(tn_comm *c, tn_comm_op *op, void *dev, void *host, size_t bytes, int owns_host) {
+    struct tn_staged *s = tn_xcalloc(1, sizeof *s), **tail = &c->staged;
+    s->op = op, s->dev = dev, s->host = host, s->bytes = bytes, s->owns_host = owns_host;
+    while (*tail) tail = &(*tail)->next; /* submission order: wait_all copies back in that order */
+    *tail = s;
+}
+
+tn_comm_op *tn_comm_staged_iallreduce(tn_comm *c, float *buf, size_t n) {
+    float *host = tn_xmalloc(n ? n * sizeof *host : 1);
+    c->dev->to_host(host, buf, n * sizeof *host);
+    tn_comm_op *op = tn_comm_backend_mpi.iallreduce_f32(c, host, n);
+    if (!op) {
+        free(host);
+        return NULL;
+    }
+    remember(c, op, buf, host, n * sizeof *host, 1);
+    return op;
+}
+
+static float *mirror_of(tn_comm *c, const float *slab, size_t n) {
+    for (struct tn_mirror *m = c->mirrors; m; m = m->next)
+        if (m->dev == slab && m->n == n) return m->host;
+    struct tn_mirror *m = tn_xcalloc(1, sizeof *m);
+    m->dev = slab, m->n = n;
+    m->host = tn_xcalloc(n ? n : 1, sizeof *m->host); /* untouched pages cost nothing */
+    m->next = c->mirrors;
+    c->mirrors = m;
+    return m->host;
+}
+
+tn_comm_op *tn_comm_staged_range(tn_comm *c, int kind, float *slab, size_t n, size_t lo, size_t hi) {
+    if (lo > hi || hi > n) {
+        tn_err("comm: range collective of [%zu, %zu) outside a slab of %zu floats", lo, hi, n);
+        return NULL;
+    }
+    float *host = mirror_of(c, slab, n);
+    c->dev->to_host(host + lo, slab + lo, (hi - lo) * sizeof *host);
+    tn_comm_op *op = tn_comm_mpi_range(c, kind, host, n, lo, hi);
+    if (op) remember(c, op, slab + lo, host + lo, (hi - lo) * sizeof *host, 0);
+    return op;
+}
+
+struct tn_staged *tn_comm_staged_take(tn_comm *c, const tn_comm_op *op) {
+    for (struct tn_staged **p = &c->staged; *p; p = &(*p)->next)
+        if ((*p)->op == op) {
+            struct tn_staged *s = *p;
+            *p = s->next;
+            return s;
+        }
+    return NULL;
+}
+
+int tn_comm_staged_finish(tn_comm *c, struct tn_staged *s, int rc) {
+    if (rc == 0 && s->bytes) c->dev->to_device(s->dev, s->host, s->bytes);
+    if (s->owns_host) free(s->host);
+    free(s);
+    return rc;
+}
+
+int tn_comm_staged_finish_all(tn_comm *c, int rc) {
+    while (c->staged) {
+        struct tn_staged *s = c->staged;
+        c->staged = s->next;
+        tn_comm_staged_finish(c, s, rc);
+    }
+    return rc;
+}
+
+void tn_comm_device_free(tn_comm *c) {
+    while (c->staged) {
+        struct tn_staged *s = c->staged;
+        c->staged = s->next;
+        if (s->owns_host) free(s->host);
+        free(s);
+    }
+    while (c->mirrors) {
+        struct tn_mirror *m = c->mirrors;
+        c->mirrors = m->next;
+        free(m->host);
+        free(m);
+    }
+}
+
+typedef struct {
+    int32_t has, device, node;
+} device_id;
+
+int tn_comm_attach_device(tn_comm *c, const tn_comm_device *dev, char *note, size_t note_size) {
+    char scratch[8];
+    if (!note) note = scratch, note_size = sizeof scratch;
+    note[0] = 0;
+    if (c->dev) return tn_err("comm: a device is attached already");
+    int size = c->info.size;
+    device_id me = {dev != NULL, dev ? dev->device : -1, c->info.node};
+    device_id *all = tn_xmalloc((size_t)size * sizeof *all);
+    if (tn_comm_allgather(c, &me, sizeof me, all) != 0) {
+        free(all);
+        return -1;
+    }
+    for (int r = 1; r < size; r++)
+        if (all[r].has != all[0].has) {
+            int rc = tn_err("rank %d on host %s computes on %s but rank 0 on host %s on %s: every rank needs the same "
+                            "device kind (set device: cpu or cuda)", r, tn_comm_host_of(c, r),
+                            all[r].has ? "a GPU" : "the CPU", tn_comm_host_of(c, 0), all[0].has ? "a GPU" : "the CPU");
+            free(all);
+            return rc;
+        }
+    if (!dev) {
+        free(all);
+        return 0;
+    }
+    c->dev_copy = *dev;
+    c->dev = &c->dev_copy;
+    int shared = -1; /* a rank sharing its machine's device with a lower rank */
+    for (int r = 0; r < size && shared < 0; r++)
+        for (int q = 0; q < r; q++)
+            if (all[q].node == all[r].node && all[q].device == all[r].device) {
+                shared = r;
+                break;
+            }
+    if (c->be->device_buffers) {
+        snprintf(note, note_size, "gradients between GPUs through NCCL ($TANDEM_COMM_BACKEND=nccl)");
+    } else if (size == 1) {
+        /* nothing is exchanged */
+    } else if (c->be_explicit) {
+        snprintf(note, note_size, "gradients through MPI, staged in host memory ($TANDEM_COMM_BACKEND=mpi)");
+    } else if (shared >= 0) {
+        snprintf(note, note_size, "ranks %d and another rank share GPU %d on host %s, which NCCL refuses: gradients "
+                 "through MPI, staged in host memory", shared, all[shared].device, tn_comm_host_of(c, shared));
+    } else {
+        const tn_comm_backend *nccl = tn_comm_nccl_open(c); /* collective: every rank tries, all agree */
+        if (nccl) {
+            c->be = nccl;
+            snprintf(note, note_size, "gradients between GPUs through NCCL");
+        } else {
+            snprintf(note, note_size, "gradients through MPI, staged in host memory (NCCL: %.200s)", tn_errmsg());
+        }
+    }
+    free(all);
+    return 0;
+}

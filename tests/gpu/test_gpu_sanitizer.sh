@@ -1,0 +1,55 @@
+#!/bin/sh
+# compute-sanitizer on one training step (skipped, 77, without a GPU): memcheck on the demo in fp32 and bf16 (the
+# fp32 and the tensor-core attention kernels) and on a LoRA SFT step in bf16 (frozen bf16 base, dropout), racecheck
+# and synccheck on that LoRA step (shared-memory tiles of attention, the column reductions). Each run is bounded in
+# time: the sanitizers slow kernels down 10-100x.
+set -u
+. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
+BIN=${TANDEM_BIN:?}
+TD=${TANDEM_TESTS_DIR:?}
+ROOT=$TD/..
+EX=$ROOT/examples
+T=$(mktemp -d /tmp/tandem-gpu-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fails=0 checks=0
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 TANDEM_CACHE_DIR="$T/cache"
+
+"$BIN" train "$EX/demo_addition.yaml" device=cuda max_steps=1 output_dir="$T/probe" >"$T/probe.log" 2>&1
+if grep -q "no GPU is visible\|built without CUDA" "$T/probe.log"; then
+  echo "test_gpu_sanitizer: skipped: $(grep -o "device 'cuda'.*" "$T/probe.log" | head -1)"
+  exit 77
+fi
+
+mkdir -p "$T/data"
+/usr/bin/python3 - "$T/data" <<'PY'
+import json, random, sys
+random.seed(7)
+rows = [{"instruction": "add %d and %d" % (a, b), "input": "", "output": "%d" % (a + b)}
+        for a, b in ((random.randint(0, 99), random.randint(0, 99)) for _ in range(64))]
+json.dump(rows, open(sys.argv[1] + "/sums.json", "w"))
+json.dump({"sums": {"file_name": "sums.json"}}, open(sys.argv[1] + "/dataset_info.json", "w"))
+PY
+"$BIN" init-model "$EX/tiny-qwen3/config.json" "$T/model" --tokenizer "$TD/fixtures/lf_data/tok_q" >/dev/null
+L="model_name_or_path=$T/model dataset=sums dataset_dir=$T/data template=qwen cutoff_len=64 max_steps=1
+per_device_train_batch_size=8 lora_rank=8 lora_dropout=0.1 save_steps=0 device=cuda bf16=true"
+if ! command -v compute-sanitizer >/dev/null 2>&1; then
+  echo "test_gpu_sanitizer: FAIL: compute-sanitizer is not on PATH (it ships with the CUDA toolkit)"
+  exit 1
+fi
+san() { # NAME TOOL ARGS...
+  name=$1 tool=$2
+  shift 2
+  timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" train "$@" output_dir="$T/$name" >"$T/$name.log" 2>&1
+  rc=$?
+  echo "$name: exit $rc, $(grep -o "ERROR SUMMARY: [0-9]* error[s]*" "$T/$name.log" | tail -1)"
+  check '[ $rc -eq 0 ] && grep -q "ERROR SUMMARY: 0 errors" "$T/'$name'.log"'
+}
+san memcheck-demo-fp32 memcheck "$EX/demo_addition.yaml" device=cuda max_steps=1
+san memcheck-demo-bf16 memcheck "$EX/demo_addition.yaml" device=cuda bf16=true max_steps=1
+san memcheck-lora-bf16 memcheck "$EX/lf/qwen_lora_sft.yaml" $L
+san racecheck-lora-bf16 racecheck "$EX/lf/qwen_lora_sft.yaml" $L
+san synccheck-lora-bf16 synccheck "$EX/lf/qwen_lora_sft.yaml" $L
+[ "$fails" -eq 0 ] || for f in "$T"/*check*.log; do echo "== $f"; grep -m 20 "=========" "$f"; done
+echo "test_gpu_sanitizer: $checks checks, $fails failed"
+[ "$fails" -eq 0 ]
