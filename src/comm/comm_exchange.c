@@ -80,6 +80,13 @@ static int xop_step(tn_comm_op *op, int *progressed) {
     }
 }
 
+/* Every encoding is on its way between machines: the next queued op may start (its rings use another tag
+ * lane), so a gradient bucket's exchange does not wait for the one before to cross the link and come back. */
+static int xop_draining(const tn_comm_op *op) {
+    const xop *o = op->state;
+    return o->phase > 2 || (o->phase == 2 && (!o->ag_rail || tn_ring_all_started(o->ag_rail)));
+}
+
 static void xop_release(tn_comm_op *op) {
     xop *o = op->state;
     if (!o) return;
@@ -124,7 +131,7 @@ tn_comm_op *tn_comm_iexchange(tn_comm *c, float *buf, size_t n, const tn_exchang
     int bad = (x->reduce_local && make_ring(c, local, TN_RING_RS, buf, n, L, 0, lane, &o->rs) != 0) ||
               make_ring(c, rail, TN_RING_AG, o->gather, (size_t)M * o->P, M, o->P, lane, &o->ag_rail) != 0 ||
               make_ring(c, local, TN_RING_AG, buf, n, L, 0, lane, &o->ag_local) != 0;
-    op->state = o, op->step = xop_step, op->release = xop_release;
+    op->state = o, op->step = xop_step, op->release = xop_release, op->draining = xop_draining;
     if (bad) {
         xop_release(op);
         free(op);
