@@ -2,7 +2,7 @@
 # Sharded data parallelism (ZeRO stages 1-3, src/trainer/zero.h) on one machine:
 #  1. Stages 1, 2, 3 on 2 and 4 ranks, full fine-tuning (tied embeddings, gradient accumulation 2) and LoRA,
 #     give the parameters of the plain data-parallel run (stage 0) of the same split: relative L2 <= 1e-6 per
-#     tensor, lora_B <= 1e-5 (the bound and its reason: tests/cli/test_dp_split.sh). Stage 3 also with
+#     tensor, lora_B within AdamW's step bound (the bound and its reason: tests/cli/test_dp_split.sh). Stage 3 also with
 #     gradient checkpointing (a layer gathered again for its recomputation).
 #  2. Memory, measured by page residency and reported by every rank, within the ZeRO formulas (fp32, P
 #     trainable parameters, N ranks): stage 1 AdamW state <= 8P/N; stage 2 also gradients <= 4P/N; stage 3
@@ -57,7 +57,8 @@ for ft in full lora; do
       a=$(worst "$T/$ft-$n-s$s" "$T/$ft-$n-s0" '.' 'lora_B')
       l=$(worst "$T/$ft-$n-s$s" "$T/$ft-$n-s0" 'lora_B')
       echo "$ft, $n ranks, stage $s vs stage 0: worst rel L2 $a (lora_B $l)"
-      check 'within $a 1e-6 && within $l 1e-5'
+      m=$(maxdiff "$T/$ft-$n-s$s" "$T/$ft-$n-s0" 'lora_B')
+      check 'within $a 1e-6 && within $m $(adamw_bound 1e-4 8)'
       check 'mem_ok "$T/$ft-$n-s$s.log" $s'
     done
   done

@@ -44,7 +44,8 @@ two l0 zero_stage=0 finetuning_type=lora lora_rank=4
 two l3 zero_stage=3 finetuning_type=lora lora_rank=4
 a=$(worst "$T/l3" "$T/l0" '.' 'lora_B') b=$(worst "$T/l3" "$T/l0" 'lora_B')
 echo "two machines x 2 ranks, LoRA stage 3 vs stage 0: worst rel L2 $a (lora_B $b)"
-check 'within $a 1e-6 && within $b 1e-5'
+m=$(maxdiff "$T/l3" "$T/l0" 'lora_B')
+check 'within $a 1e-6 && within $m $(adamw_bound 1e-4 6)'
 # one rank a machine: only the rail rings (no machine-local phase)
 HOSTFILE=$T/hostfile1 two o0 zero_stage=0
 HOSTFILE=$T/hostfile1 two o3 zero_stage=3

@@ -14,6 +14,24 @@ worst() {
     '$1 ~ pat && $1 !~ ex && $2 == "rel" { if ($4 + 0 > w) w = $4 + 0 } END { printf "%.3e", w + 0 }'
 }
 
+# maxdiff A B PATTERN: the largest element difference |a - b| over the tensors whose name matches PATTERN.
+maxdiff() {
+  "$BIN" compare "$1" "$2" | awk -v pat="$3" '$1 ~ pat && $5 == "max|diff|" { if ($6 + 0 > w) w = $6 + 0 } END { printf "%.3e", w + 0 }'
+}
+
+# adamw_bound LR STEPS [WD]: how far one element can differ between two correct runs of STEPS AdamW steps
+# (the demo's betas 0.9 / 0.95) that started equal. By Cauchy-Schwarz on the bias-corrected moments,
+# |m_s / sqrt(v_s)| <= A_s = sqrt(sum_k w_k^2 / o_k), w and o the weights of gradient k in m_s and v_s, so each
+# run moves an element by at most lr A_s at step s (times (1 + lr wd) per step for decay): 2 lr sum A_s apart.
+# Used for LoRA B, which starts at zero (test_dp_split.sh says why a tighter bound needs the gradients).
+adamw_bound() {
+  awk -v lr="$1" -v t="$2" -v wd="${3:-0.01}" 'BEGIN { b1 = 0.9; b2 = 0.95; sum = 0
+    for (s = 1; s <= t; s++) { a = 0
+      for (k = 1; k <= s; k++) { w = (1 - b1) * b1^(s - k) / (1 - b1^s); o = (1 - b2) * b2^(s - k) / (1 - b2^s); a += w * w / o }
+      sum += sqrt(a) }
+    printf "%.4e", 2 * lr * sum * (1 + lr * wd)^t }'
+}
+
 # wait_at_most SECONDS PID: wait for PID, killing it after SECONDS so that a hang fails the test instead
 # of hanging it; its exit status lands in $rc. The guard holds no output open (ctest would wait for it).
 wait_at_most() {
