@@ -11,6 +11,9 @@ BIN=${TANDEM_BIN:?}
 ROOT=$TANDEM_TESTS_DIR/..
 KIT=$ROOT/scripts/netns
 export TANDEM_NETNS=tnenv$$
+# the "default" side of the comparisons below is the kernel OpenBLAS picks itself, even when the suite runs
+# under a forced OPENBLAS_CORETYPE (CI on other CPUs does)
+unset OPENBLAS_CORETYPE
 need_mpirun test_env
 fails=0 checks=0
 T=$(mktemp -d /tmp/tandem-env-XXXXXX)
