@@ -17,7 +17,9 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREA
 T=$(mktemp -d /tmp/tandem-balance-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fails=0 checks=0
-COMMON="max_steps=40 logging_steps=10 learning_rate=1e-3 warmup_ratio=0"
+# Learning rate 1e-4 as in test_dp_split: the bound is the one for a few steps of fp32 rounding differences
+# between splits; at 1e-3 over 40 steps they grow chaotically (measured 1.6e-6 under OPENBLAS_CORETYPE=Nehalem).
+COMMON="max_steps=40 logging_steps=10 learning_rate=1e-4 warmup_ratio=0"
 
 run() { # name ranks slow key=value...
   name=$1 n=$2 slow=$3; shift 3
@@ -54,7 +56,7 @@ a=$(worst "$T/lora-bal" "$T/lora-even" '.' 'lora_B') b=$(worst "$T/lora-bal" "$T
 echo "LoRA balanced vs even: $a (lora_B $b)"
 check 'within $a 1e-6'
 m=$(maxdiff "$T/lora-bal" "$T/lora-even" 'lora_B')
-check 'within $m $(adamw_bound 1e-3 40)'
+check 'within $m $(adamw_bound 1e-4 40)'
 check 'grep -q "samples per step by rank now" "$T/lora-bal.log"'
 
 # resume: the shares come back from the checkpoint, the result stays within the bound
