@@ -51,11 +51,12 @@ for th in $THREADS; do  # runs of th threads, nproc/th at a time
     xargs -P "$par" -L 1 "$OUT/one.sh"
 done
 
+: >"$OUT/accs"
 printf '%-12s %-20s %7s %5s %9s %10s %6s\n' coretype kernel threads seed accuracy final-loss secs
 for ct in $CORETYPES; do for th in $THREADS; do for seed in $SEEDS; do
   log="$OUT/$ct-t$th-s$seed.log"
   acc=$(sed -n 's/.*held-out accuracy \([0-9.]*\)%.*/\1/p' "$log" | tail -1)
-  kernel=$(sed -n 's/.*threads per rank (\(.*\))$/\1/p' "$log" | head -1 | sed 's/^OpenBLAS //')
+  kernel=$(sed -n 's/.*threads per rank (\(.*\))$/\1/p' "$log" | head -1 | sed 's/^OpenBLAS //; s/;.*//')
   loss=$(sed -n 's/^step .* | loss \([0-9.]*\) .*/\1/p' "$log" | tail -1)
   printf '%-12s %-20s %7s %5s %8s%% %10s %6.0f\n' "$ct" "${kernel:-?}" "$th" "$seed" "${acc:-FAILED}" "${loss:-?}" \
     "$(cat "$OUT/$ct-t$th-s$seed.secs")"
