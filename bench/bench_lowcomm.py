@@ -164,11 +164,12 @@ def parse_hms(s):
     return 3600 * h + 60 * m + sec
 
 
-def task_run(a, yaml, out, machines, keys):
+def task_run(a, yaml, out, machines, keys, samples=0):
     """One training run; its eval curve as [(step, tokens_seen, train_seconds, eval_loss)] and step time."""
     if os.path.exists(out):
         shutil.rmtree(out)
-    eval_steps = 20 if machines == 1 else 10  # every 80 samples either way
+    samples = samples or 4 * machines  # per optimizer step, all machines
+    eval_steps = 80 // samples  # every 80 samples either way
     cmd = [BIN, "train", yaml, f"output_dir={out}", f"eval_steps={eval_steps}", f"logging_steps={eval_steps}", *keys]
     t0 = time.time()
     if machines == 1:
@@ -186,14 +187,14 @@ def task_run(a, yaml, out, machines, keys):
         if "eval_loss" not in r:
             continue
         spent += runtime.get(r["current_steps"], 0.0)
-        seen = r["current_steps"] * 4 * machines  # samples
+        seen = r["current_steps"] * samples
         curve.append((r["current_steps"], seen, parse_hms(r["elapsed_time"]) - spent, r["eval_loss"]))
     final = re.search(r"eval_loss ([0-9.]+) on", text)
     trained = re.search(r"trained (\d+) steps in ([0-9.]+) s", text)
     steps, secs = int(trained.group(1)), float(trained.group(2))
     evals = sum(runtime.values())
-    curve.append((steps, steps * 4 * machines, secs - evals, float(final.group(1))))  # the final evaluation
-    return dict(curve=curve, final=float(final.group(1)), steps=steps, train_s=secs, wall_s=wall, load=load(),
+    curve.append((steps, steps * samples, secs - evals, float(final.group(1))))  # the final evaluation
+    return dict(curve=curve, final=float(final.group(1)), steps=steps, samples=samples, train_s=secs, wall_s=wall, load=load(),
                 ms_step=1e3 * (secs - evals) / steps, sent=re.search(r"([0-9.]+) MB per step sent", text))
 
 
@@ -202,6 +203,11 @@ def task(a):
     runs = {}
     runs["1 machine"] = task_run(a, yaml, os.path.join(d, "one"), 1, [])
     log(f"task: one machine: eval {runs['1 machine']['final']:.4f}, {runs['1 machine']['ms_step']:.0f} ms/step")
+    # the same recipe as the two-machine runs (global batch 8 through accumulation 2): what a user who adds a
+    # machine and halves gradient_accumulation_steps compares with
+    runs["1 machine, batch 8"] = task_run(a, yaml, os.path.join(d, "one-b8"), 1, ["gradient_accumulation_steps=2"],
+                                          samples=8)
+    log(f"task: one machine, batch 8: eval {runs['1 machine, batch 8']['final']:.4f}")
     for mode in a.modes.split(","):
         keys = expand(MODES[mode][1], a.inner_task)
         runs[mode] = task_run(a, yaml, os.path.join(d, mode), 2, keys)
@@ -219,21 +225,23 @@ def task(a):
             prev = (step, seen, sec, e)
         return r["train_s"]
     ddp = runs.get("ddp")
-    one = runs["1 machine"]
+    one, same = runs["1 machine"], runs["1 machine, batch 8"]
     print("\n### Real task: `stage: pt` on c4_demo, fresh Qwen3 (hidden 64, 2 layers, vocab 151936: 9.83M "
           "parameters, 39 MB of gradients), full training, the same tokens in every run\n")
     print(f"Eval loss every run reaches: {target:.4f}.\n")
     print("| run | steps x samples | final eval loss | vs plain DP | mean step ms (eval excluded) | efficiency vs 1 "
-          "machine | MB sent per step by each machine | time to eval loss " + f"{target:.3f} s | vs 1 machine | "
-          "load average |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "machine | MB sent per step by each machine | time to eval loss " + f"{target:.3f} s | speed-up vs 1 machine, "
+          "batch 8 | vs 1 machine, batch 4 | load average |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, r in runs.items():
-        rel = f"{100 * (r['final'] / ddp['final'] - 1):+.2f}%" if ddp and name != "1 machine" else "-"
-        eff = f"{one['ms_step'] / r['ms_step']:.3f}" if name != "1 machine" else "1"
+        alone = name.startswith("1 machine")
+        rel = f"{100 * (r['final'] / ddp['final'] - 1):+.2f}%" if ddp and not alone else "-"
+        # efficiency: the step of one machine computing the same micro-batch of 4, over this run's step
+        eff = f"{one['ms_step'] / r['ms_step'] * (r['samples'] // 4 if alone else 1):.3f}"
         t = reach(r)
-        print(f"| {name} | {r['steps']} x {4 * (1 if name == '1 machine' else 2)} | {r['final']:.4f} | {rel} | "
+        print(f"| {name} | {r['steps']} x {r['samples']} | {r['final']:.4f} | {rel} | "
               f"{r['ms_step']:.0f} | {eff} | {r['sent'].group(1) if r['sent'] else '0'} | {t:.0f} | "
-              f"{reach(one) / t:.2f}x | {r['load']:.1f} |")
+              f"{reach(same) / t:.2f}x | {reach(one) / t:.2f}x | {r['load']:.1f} |")
     if a.png:
         plot(runs, target, a.png)
     return [dict(part="task", run=name, **{k: v for k, v in r.items() if k != "sent"},
