@@ -1,26 +1,12 @@
 #!/bin/sh
 # 2 ranks on the one GPU through the MPI backend (host-staged) equal 1 rank (skipped, 77, without a GPU):
 # test_dp_split's setup and bound (1x8 vs 2x4 for 6 steps, full and LoRA with dropout, relative L2 <= 1e-6 per
-# tensor, LoRA B 1e-5), in fp32 mode (in bf16 an fp32 rounding difference can flip the bf16 rounding of the next
+# tensor, LoRA B within AdamW's step bound), in fp32 mode (in bf16 an fp32 rounding difference can flip the bf16 rounding of the next
 # product's operand, so bf16 runs are not split-invariant to 1e-6); then test_gpu_comm with 2 ranks on the GPU
 # through MPI (its 1-rank NCCL run is a ctest of its own).
 set -u
-. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
-BIN=${TANDEM_BIN:?}
-TD=${TANDEM_TESTS_DIR:?}
-ROOT=$TD/..
-EX=$ROOT/examples
-T=$(mktemp -d /tmp/tandem-gpu-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0 checks=0
-[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 TANDEM_CACHE_DIR="$T/cache"
-
-"$BIN" train "$EX/demo_addition.yaml" device=cuda max_steps=1 output_dir="$T/probe" >"$T/probe.log" 2>&1
-if grep -q "no GPU is visible\|built without CUDA" "$T/probe.log"; then
-  echo "test_gpu_dp: skipped: $(grep -o "device 'cuda'.*" "$T/probe.log" | head -1)"
-  exit 77
-fi
+GPU_TEST=test_gpu_dp
+. "${TANDEM_TESTS_DIR:?}/gpu/gpulib.sh"
 
 COMMON="max_steps=6 logging_steps=100 learning_rate=1e-4 warmup_ratio=0 device=cuda"
 for ft in full lora; do
@@ -34,7 +20,7 @@ for ft in full lora; do
   a=$(worst "$T/$ft-2x4" "$T/$ft-1x8" '.' 'lora_B')
   echo "$ft: 2x4 on one GPU vs 1x8, worst relative L2 $a"
   check 'within "$a" 1e-6'
-  if [ $ft = lora ]; then a=$(worst "$T/$ft-2x4" "$T/$ft-1x8" 'lora_B'); check 'within "$a" 1e-5'; fi
+  if [ $ft = lora ]; then m=$(maxdiff "$T/$ft-2x4" "$T/$ft-1x8" 'lora_B'); check 'within "$m" $(adamw_bound 1e-4 6)'; fi
 done
 
 # the comm layer on GPU memory, 2 ranks through MPI

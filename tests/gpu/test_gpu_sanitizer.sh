@@ -4,22 +4,8 @@
 # and synccheck on that LoRA step (shared-memory tiles of attention, the column reductions). Each run is bounded in
 # time: the sanitizers slow kernels down 10-100x.
 set -u
-. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
-BIN=${TANDEM_BIN:?}
-TD=${TANDEM_TESTS_DIR:?}
-ROOT=$TD/..
-EX=$ROOT/examples
-T=$(mktemp -d /tmp/tandem-gpu-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0 checks=0
-[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 TANDEM_CACHE_DIR="$T/cache"
-
-"$BIN" train "$EX/demo_addition.yaml" device=cuda max_steps=1 output_dir="$T/probe" >"$T/probe.log" 2>&1
-if grep -q "no GPU is visible\|built without CUDA" "$T/probe.log"; then
-  echo "test_gpu_sanitizer: skipped: $(grep -o "device 'cuda'.*" "$T/probe.log" | head -1)"
-  exit 77
-fi
+GPU_TEST=test_gpu_sanitizer
+. "${TANDEM_TESTS_DIR:?}/gpu/gpulib.sh"
 
 mkdir -p "$T/data"
 /usr/bin/python3 - "$T/data" <<'PY'

@@ -8,22 +8,9 @@
 #     with `tandem export`), and a GPU checkpoint resumes on the CPU;
 # (compute-sanitizer: test_gpu_sanitizer.sh; 2 ranks on one GPU: test_gpu_dp.sh.) CPU runs use 8 threads.
 set -u
-. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
-BIN=${TANDEM_BIN:?}
-TD=${TANDEM_TESTS_DIR:?}
-ROOT=$TD/..
-EX=$ROOT/examples
-T=$(mktemp -d /tmp/tandem-gpu-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0 checks=0
-[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 TANDEM_CACHE_DIR="$T/cache" OMP_NUM_THREADS=8
-
-"$BIN" train "$EX/demo_addition.yaml" device=cuda max_steps=1 output_dir="$T/probe" >"$T/probe.log" 2>&1
-if grep -q "no GPU is visible\|built without CUDA" "$T/probe.log"; then
-  echo "test_gpu_train: skipped: $(grep -o "device 'cuda'.*" "$T/probe.log" | head -1)"
-  exit 77
-fi
+GPU_TEST=test_gpu_train
+. "${TANDEM_TESTS_DIR:?}/gpu/gpulib.sh"
+export OMP_NUM_THREADS=8
 
 # mean of the last 20 logged training losses of a run
 tail_loss() {
