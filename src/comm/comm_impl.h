@@ -88,16 +88,22 @@ struct tn_comm {
 
 /* Ops that may be in progress at once. A gradient bucket's all-reduce ends with a drain (its last segments
  * cross the link and come back) during which the link would idle; the next bucket's op starts meanwhile.
+ * Range collectives on different shards run side by side (tn_comm_op.shards), so there can be more of them.
  * Op number k uses message-tag lane k mod TN_COMM_LANES, so ops in progress together never share tags. */
-#define TN_COMM_LANES 4
+#define TN_COMM_LANES 16
 
 /* An op: the progress thread calls step() until it returns 1 (done) or -1 (failed, err filled). While
  * draining(op) is true (the op has handed all its work on and only waits for it to finish), the next op
- * is stepped too; ops without draining() run strictly one after the other. */
+ * is stepped too; ops without draining() run strictly one after the other. An op that names the shards its
+ * data belongs to (bit s mod 64 for shard index s; 0 = every shard) waits only for earlier ops that share
+ * one: with contiguous shards a range collective's bytes flow towards (reduce-scatter) or away from
+ * (all-gather) the owners of its range, so on two ranks a range inside one shard uses one direction of the
+ * link and a range of the other shard, run beside it, the other direction. */
 struct tn_comm_op {
     tn_comm *c;
     tn_comm_op *next;
     uint64_t seq;                       /* submission number: lane = seq mod TN_COMM_LANES */
+    uint64_t shards;                    /* see above; 0: ordered after every earlier op */
     int (*step)(tn_comm_op *op, int *progressed);
     int (*draining)(const tn_comm_op *op);
     void (*release)(tn_comm_op *op);   /* frees the op-specific state */
@@ -111,6 +117,10 @@ struct tn_comm_op {
 int tn_comm_progress_start(tn_comm *c);
 void tn_comm_progress_stop(tn_comm *c);
 tn_comm_op *tn_comm_submit(tn_comm *c, tn_comm_op *op); /* queues op (allocated by the caller) */
+/* The queued ops to step now, from first (the oldest unfinished) on, into run[TN_COMM_LANES]: an op runs when
+ * every earlier unfinished op that shares a shard with it runs and drains (ops without shards share every
+ * shard: one after the other), all within TN_COMM_LANES submission numbers of first, so their tags differ. */
+int tn_comm_pick(tn_comm_op *first, tn_comm_op **run);
 /* Runs op outside the queue: the progress thread steps it together with whatever the queue runs, so queued
  * ops never wait for it (at most TN_COMM_LANES at once; they must use bg_local / bg_rail). Waited and freed
  * by its owner with tn_comm_wait; tn_comm_wait_all waits for it to finish but does not free it. */

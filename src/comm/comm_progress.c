@@ -2,7 +2,8 @@
  *
  * MPI moves a non-blocking transfer only while some thread calls into it, and the compute threads sit in
  * BLAS, so one background thread per rank steps the queued ops in submission order (the next one as soon
- * as the one before only drains, see TN_COMM_LANES, so the link does not idle between buckets). It must not burn a
+ * as the one before only drains, see TN_COMM_LANES, so the link does not idle between buckets; range
+ * collectives of different shards side by side, see tn_comm_op.shards). It must not burn a
  * core (two ranks share a 2-core machine): it calls MPI_Testsome and, when nothing moved, sleeps with
  * exponential backoff (up to tune.poll_max_us; a TCP socket buffer drains slowly at 100 Mbit/s, so a
  * millisecond of sleep costs no bandwidth). With no op queued it sleeps on a condition variable. Background
@@ -64,15 +65,25 @@ static void finish_locked(tn_comm *c, tn_comm_op *op, int failed) {
     pthread_cond_broadcast(&c->cv);
 }
 
-/* Under c->mu: the ops to step now, in order: the current one, and each following one while the op before
- * it is draining (at most TN_COMM_LANES submission numbers apart, so their message tags differ). */
-static int ops_to_step_locked(tn_comm *c, tn_comm_op **run) {
+int tn_comm_pick(tn_comm_op *first, tn_comm_op **run) {
     int n = 0;
-    for (tn_comm_op *op = c->cur; op && op->seq < c->cur->seq + TN_COMM_LANES; op = op->next) {
+    uint64_t held = 0; /* shards of earlier ops that are waiting or still sending: later ops on them wait */
+    for (tn_comm_op *op = first; op && op->seq < first->seq + TN_COMM_LANES && held != ~0ull; op = op->next) {
         if (op->done) continue;
+        uint64_t mine = op->shards ? op->shards : ~0ull;
+        if (mine & held) {
+            held |= mine; /* a later op on these shards must not overtake this one */
+            continue;
+        }
         run[n++] = op;
-        if (!op->draining || !op->draining(op)) break;
+        if (!op->draining || !op->draining(op)) held |= mine;
     }
+    return n;
+}
+
+/* Under c->mu: the queue's ops to step now (tn_comm_pick) and every background op. */
+static int ops_to_step_locked(tn_comm *c, tn_comm_op **run) {
+    int n = c->cur ? tn_comm_pick(c->cur, run) : 0;
     for (tn_comm_op *op = c->bg; op && n < 2 * TN_COMM_LANES; op = op->next) run[n++] = op;
     return n;
 }

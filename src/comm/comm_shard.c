@@ -98,6 +98,17 @@ static void range_release(tn_comm_op *op) {
     free(o);
 }
 
+/* The shards [lo, hi) touches, as tn_comm_op.shards: such ops wait only for earlier ops on the same shards. */
+static uint64_t shards_of(const tn_comm *c, size_t n, size_t lo, size_t hi) {
+    uint64_t bits = 0;
+    for (int s = 0; s < c->info.size; s++) {
+        size_t off, len;
+        tn_comm_slice(n, c->info.size, s, &off, &len);
+        if (off < hi && lo < off + len) bits |= 1ull << (s % 64);
+    }
+    return bits;
+}
+
 static tn_comm_op *range_collective(tn_comm *c, int kind, float *slab, size_t n, size_t lo, size_t hi,
                                     const char *what) {
     if (lo > hi || hi > n) {
@@ -111,6 +122,7 @@ static tn_comm_op *range_collective(tn_comm *c, int kind, float *slab, size_t n,
     tn_comm_op *op = tn_comm_op_new(c);
     range_op *o = tn_xcalloc(1, sizeof *o);
     o->c = c, o->slab = slab, o->kind = kind, o->lane = (int)(op->seq % TN_COMM_LANES);
+    op->shards = shards_of(c, n, lo, hi);
     /* reduce-scatter: inside the machine first; all-gather: between machines first */
     char first = !c->uniform ? 'F' : kind == TN_RING_RS ? 'L' : 'R';
     char second = !c->uniform ? 0 : kind == TN_RING_RS ? 'R' : 'L';

@@ -8,35 +8,68 @@
 #include "trainer/checkpoint.h"
 #include "trainer/optimizer.h"
 
+/* A group's parameters are gathered as pieces, one per shard the group touches: a piece flows away from one
+ * owner only, so comm runs the pieces of different shards side by side (every direction of every link
+ * busy) and a rank computing on its own piece need not wait for its sends to leave. */
+typedef struct {
+    size_t lo, hi;   /* the piece, inside the slab's trainable part */
+    size_t key;      /* its offset from the start of its shard: stages 1-2 gather in this order */
+    int mine;        /* inside this rank's shard */
+    tn_comm_op *op;  /* its all-gather in flight */
+} piece;
+
 struct tn_zero {
     tn_comm *c;
     tn_model *m;
     int stage, full, track;
     size_t peak;         /* tn_zero_track_peak */
     size_t lo, n;        /* this rank's shard of the trainable slab */
-    tn_comm_op **op;     /* [L + 2] all-gather in flight per group */
+    piece *pieces;       /* every group's, in slab order */
+    int n_pieces;
+    int *first;          /* [L + 3] group g's pieces are pieces[first[g + 1] .. first[g + 2]) */
+    int *order;          /* [n_pieces] stages 1-2: piece indices by key */
     unsigned char *here; /* [L + 2] the group's parameters are complete on this rank */
 };
 
 static void range_of(const tn_zero *z, int g, size_t *lo, size_t *hi) { tn_model_group_range(z->m, g, lo, hi); }
 
-static void gather(tn_zero *z, int g) {
-    if (z->here[g + 1] || z->op[g + 1]) return;
-    size_t lo, hi;
-    range_of(z, g, &lo, &hi);
-    if (hi == lo) {
-        z->here[g + 1] = 1;
-        return;
-    }
-    z->op[g + 1] = tn_comm_iallgather_range(z->c, z->m->slab, z->m->n_trainable, lo, hi);
-    if (!z->op[g + 1]) tn_die("parameter all-gather of group %d failed: %s", g, tn_errmsg());
+static void start_piece(tn_zero *z, piece *p) {
+    p->op = tn_comm_iallgather_range(z->c, z->m->slab, z->m->n_trainable, p->lo, p->hi);
+    if (!p->op) tn_die("parameter all-gather of [%zu, %zu) failed: %s", p->lo, p->hi, tn_errmsg());
 }
 
-static void wait_group(tn_zero *z, int g) {
-    tn_comm_op *op = z->op[g + 1];
-    z->op[g + 1] = NULL;
-    if (op && tn_comm_wait(op) != 0) tn_die("parameter all-gather of group %d failed: %s", g, tn_errmsg());
+static void wait_piece(tn_zero *z, piece *p) {
+    tn_comm_op *op = p->op;
+    p->op = NULL;
+    (void)z;
+    if (op && tn_comm_wait(op) != 0) tn_die("parameter all-gather of [%zu, %zu) failed: %s", p->lo, p->hi, tn_errmsg());
+}
+
+static int gathering(const tn_zero *z, int g) {
+    for (int i = z->first[g + 1]; i < z->first[g + 2]; i++)
+        if (z->pieces[i].op) return 1;
+    return 0;
+}
+
+static void gather(tn_zero *z, int g) {
+    if (z->here[g + 1] || gathering(z, g)) return;
+    for (int i = z->first[g + 1]; i < z->first[g + 2]; i++) start_piece(z, &z->pieces[i]);
+    z->here[g + 1] = z->first[g + 1] == z->first[g + 2]; /* an empty group is always complete */
+}
+
+/* own_sends: stages 1-2 may leave the pieces this rank only sends running (collect_sends ends them). */
+static void wait_group(tn_zero *z, int g, int own_sends) {
+    for (int i = z->first[g + 1]; i < z->first[g + 2]; i++) {
+        piece *p = &z->pieces[i];
+        if (p->op && !(own_sends && p->mine && !tn_comm_test(p->op))) wait_piece(z, p);
+    }
     z->here[g + 1] = 1;
+}
+
+/* Stages 1-2: a piece this rank only sends may still be moving; it must arrive before the optimizer writes
+ * the shard that it reads. */
+static void collect_sends(tn_zero *z) {
+    for (int i = 0; i < z->n_pieces; i++) wait_piece(z, &z->pieces[i]);
 }
 
 /* Stage 3: the group's parameters outside this rank's shard go back to the system. */
@@ -68,7 +101,7 @@ static void on_params(void *ctx, int g, int need, int next) {
         return;
     }
     if (z->stage == 3) gather(z, g);
-    wait_group(z, g);
+    wait_group(z, g, z->stage < 3); /* stage 3 gathers the group again for backward: every op must be over */
     if (z->stage == 3 && next >= -1) gather(z, next); /* prefetch: moves while this group computes */
     if (z->track) sample_peak(z);
 }
@@ -81,11 +114,38 @@ size_t tn_zero_peak_bytes(tn_zero *z) {
     return p;
 }
 
+/* Cuts every group at the shard boundaries (shard indices follow the slab). */
+static void make_pieces(tn_zero *z) {
+    const tn_model *m = z->m;
+    int size = tn_comm_get_info(z->c)->size, L = m->L, own = tn_comm_shard_index(z->c, tn_comm_get_info(z->c)->rank);
+    z->first = tn_xcalloc((size_t)L + 3, sizeof *z->first);
+    z->pieces = tn_xcalloc(((size_t)L + 2) * (size_t)size, sizeof *z->pieces);
+    for (int g = -1; g <= L; g++) {
+        size_t lo, hi;
+        range_of(z, g, &lo, &hi);
+        z->first[g + 1] = z->n_pieces;
+        for (int s = 0; s < size && hi > lo; s++) {
+            size_t off, len;
+            tn_comm_slice(m->n_trainable, size, s, &off, &len);
+            size_t a = lo > off ? lo : off, b = hi < off + len ? hi : off + len;
+            if (b <= a) continue;
+            z->pieces[z->n_pieces++] = (piece){.lo = a, .hi = b, .key = a - off, .mine = s == own};
+        }
+    }
+    z->first[L + 2] = z->n_pieces;
+    z->order = tn_xmalloc(((size_t)z->n_pieces + 1) * sizeof *z->order);
+    for (int i = 0; i < z->n_pieces; i++) { /* insertion sort by key, stable: a few dozen to a few hundred */
+        int j = i;
+        for (; j > 0 && z->pieces[z->order[j - 1]].key > z->pieces[i].key; j--) z->order[j] = z->order[j - 1];
+        z->order[j] = i;
+    }
+}
+
 tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage) {
     tn_zero *z = tn_xcalloc(1, sizeof *z);
     z->c = c, z->m = m, z->stage = stage;
     tn_comm_shard(c, m->n_trainable, tn_comm_get_info(c)->rank, &z->lo, &z->n);
-    z->op = tn_xcalloc((size_t)m->L + 2, sizeof *z->op);
+    make_pieces(z);
     z->here = tn_xcalloc((size_t)m->L + 2, 1);
     for (int g = -1; g <= m->L; g++) {
         z->here[g + 1] = 1;
@@ -98,10 +158,10 @@ tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage) {
 
 void tn_zero_free(tn_zero *z) {
     if (!z) return;
-    for (int g = -1; g <= z->m->L; g++)
-        if (z->op[g + 1]) tn_comm_wait(z->op[g + 1]);
+    for (int i = 0; i < z->n_pieces; i++)
+        if (z->pieces[i].op) tn_comm_wait(z->pieces[i].op);
     if (z->m->param_hook_ctx == z) z->m->param_hook = NULL, z->m->param_hook_ctx = NULL;
-    free(z->op), free(z->here), free(z);
+    free(z->pieces), free(z->first), free(z->order), free(z->here), free(z);
 }
 
 int tn_zero_stage(const tn_zero *z) { return z->stage; }
@@ -109,16 +169,16 @@ void tn_zero_shard(const tn_zero *z, size_t *lo, size_t *n) { *lo = z->lo, *n = 
 
 int tn_zero_after_update(tn_zero *z) {
     if (z->stage == 3) return 0; /* the next pass gathers what it needs */
-    for (int g = -1; g <= z->m->L; g++) {
-        z->here[g + 1] = 0;
-        gather(z, g); /* in forward order: the first layers' parameters arrive first */
-    }
+    collect_sends(z);
+    for (int g = -1; g <= z->m->L; g++) z->here[g + 1] = z->first[g + 1] == z->first[g + 2];
+    /* by offset into their shards: every owner sends at once, each shard's pieces in forward order */
+    for (int i = 0; i < z->n_pieces; i++) start_piece(z, &z->pieces[z->order[i]]);
     return 0;
 }
 
 int tn_zero_full(tn_zero *z) {
     for (int g = -1; g <= z->m->L; g++) gather(z, g);
-    for (int g = -1; g <= z->m->L; g++) wait_group(z, g);
+    for (int g = -1; g <= z->m->L; g++) wait_group(z, g, 0);
     z->full = 1;
     return 0;
 }
@@ -130,6 +190,7 @@ void tn_zero_end_full(tn_zero *z) {
 }
 
 int tn_zero_clip(tn_zero *z, double max_norm, double *norm) {
+    if (z->stage < 3) collect_sends(z); /* the update follows */
     int size = tn_comm_get_info(z->c)->size;
     double mine = tn_grad_sumsq(z->m, z->lo, z->n), total = 0;
     double *all = tn_xmalloc((size_t)size * sizeof *all);

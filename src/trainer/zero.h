@@ -4,7 +4,10 @@
  * sharded model usable by the plain layer-by-layer passes, through the model's param_hook:
  *   stage 1  AdamW moments only for the shard; gradients reduce-scattered (every rank still holds the whole
  *            gradient slab), the shard updated, the updated parameters all-gathered per group (layer)
- *            while the next forward runs: each layer's forward waits only for its own group.
+ *            while the next forward runs: each layer's forward waits only for its own group. A group is
+ *            gathered as one piece per shard it touches, every owner's pieces at once (so each direction
+ *            of a link carries bytes, not one owner's after the other's); a rank does not wait for the
+ *            pieces it only sends until the next update.
  *   stage 2  + the gradient memory outside the shard goes back to the system after each bucket's
  *            reduce-scatter (grad_sync.h).
  *   stage 3  + the parameters outside the shard too: a group is all-gathered just before the pass uses it
@@ -41,7 +44,8 @@ int tn_zero_after_update(tn_zero *z);
  * full, the passes gather and release nothing. tn_zero_end_full releases again (stage 3). */
 int tn_zero_full(tn_zero *z);
 void tn_zero_end_full(tn_zero *z);
-/* Gradient norm over all shards (the same value on every rank) and clipping of this shard. -1 + tn_err
+/* Gradient norm over all shards (the same value on every rank) and clipping of this shard; call before the
+ * update (stages 1-2: it also waits for this rank's parameter sends still reading the shard). -1 + tn_err
  * when the exchange fails. */
 int tn_zero_clip(tn_zero *z, double max_norm, double *norm);
 void tn_zero_resident_bytes(const tn_zero *z, tn_zero_resident *r);

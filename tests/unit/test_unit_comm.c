@@ -225,6 +225,48 @@ static void test_rs_ag(tn_comm *c) {
  * queues its buckets, each checked against the closed form and for not touching anything outside it. */
 static float g_of(size_t i) { return (float)(7 + (int)(i % 4093)); } /* an all-gather value, any rank */
 
+/* Ranges [lo[k], hi[k]) queued together, both collectives, checked everywhere; whole: then the whole slab. */
+static void check_ranges(tn_comm *c, size_t n, size_t off, size_t len, const size_t *lo, const size_t *hi, int nr,
+                         int whole) {
+    for (int kind = 0; kind < 2; kind++) {
+        float *b = tn_xmalloc(n * sizeof *b);
+        for (size_t i = 0; i < n; i++) b[i] = kind ? (i >= off && i < off + len ? g_of(i) : -1.0f) : x_of(R, i);
+        /* disjoint ranges queued together */
+        tn_comm_op **ops = tn_xcalloc((size_t)nr, sizeof *ops);
+        for (int k = 0; k < nr; k++) {
+            ops[k] = kind ? tn_comm_iallgather_range(c, b, n, lo[k], hi[k]) : tn_comm_ireduce_scatter_range(c, b, n, lo[k], hi[k]);
+            CHECKF(ops[k] != NULL, "%s [%zu, %zu): %s", kind ? "all-gather" : "reduce-scatter", lo[k], hi[k], tn_errmsg());
+        }
+        for (int k = 0; k < nr; k++)
+            if (ops[k]) CHECK(tn_comm_wait(ops[k]) == 0);
+        for (size_t i = 0; i < n; i++) {
+            int in = 0;
+            for (int k = 0; k < nr; k++) in |= i >= lo[k] && i < hi[k];
+            int own = i >= off && i < off + len;
+            float want = kind ? (in || own ? g_of(i) : -1.0f) : (in && own ? sum_of(i) : x_of(R, i));
+            if (!in && !own && b[i] != want) { CHECKF(0, "%s touched [%zu] outside its ranges", kind ? "all-gather" : "reduce-scatter", i); break; }
+            if ((kind || own) && b[i] != want) {
+                CHECKF(0, "%s rank %d shard [%zu,+%zu): [%zu] = %g, expected %g", kind ? "all-gather" : "reduce-scatter", R,
+                       off, len, i, b[i], want);
+                break;
+            }
+        }
+        /* the whole slab, both collectives: reduce-scatter then all-gather = allreduce (the second may start
+         * while the first drains, so data that depends on an op is touched only after waiting for it) */
+        if (!kind && whole) {
+            fill(b, n);
+            tn_comm_op *rs = tn_comm_ireduce_scatter_range(c, b, n, 0, n);
+            CHECK(rs && tn_comm_wait(rs) == 0);
+            tn_comm_op *ag = tn_comm_iallgather_range(c, b, n, 0, n);
+            CHECK(ag && tn_comm_wait(ag) == 0);
+            size_t bad = first_bad_sum(b, 0, n);
+            CHECKF(bad == n, "range reduce-scatter + all-gather: [%zu] = %g", bad, bad < n ? b[bad] : 0);
+        }
+        free(b);
+        free(ops);
+    }
+}
+
 static void test_shard_ranges(tn_comm *c) {
     int *idx = tn_xmalloc((size_t)P * sizeof *idx), mine = tn_comm_shard_index(c, R), seen = 0;
     CHECK(tn_comm_allgather(c, &mine, sizeof mine, idx) == 0);
@@ -237,45 +279,17 @@ static void test_shard_ranges(tn_comm *c) {
     const size_t n = 100003; /* prime: shards of unequal length */
     size_t off, len;
     tn_comm_shard(c, n, R, &off, &len);
-    enum { NR = 8 }; /* disjoint, queued together; gaps between them must stay untouched */
+    enum { NR = 8, NS = 40 };
+    /* disjoint, queued together; gaps between them must stay untouched */
     size_t lo[NR] = {0, 17, 5000, 9001, 33340, 33340, 66670, 99000},
            hi[NR] = {1, 4999, 9000, 33340, 33340, 66670, 66671, n};
-    for (int kind = 0; kind < 2; kind++) {
-        float *b = tn_xmalloc(n * sizeof *b);
-        for (size_t i = 0; i < n; i++) b[i] = kind ? (i >= off && i < off + len ? g_of(i) : -1.0f) : x_of(R, i);
-        /* disjoint ranges queued together (the last, the whole slab, alone afterwards) */
-        tn_comm_op *ops[NR] = {0};
-        for (int k = 0; k < NR; k++) {
-            ops[k] = kind ? tn_comm_iallgather_range(c, b, n, lo[k], hi[k]) : tn_comm_ireduce_scatter_range(c, b, n, lo[k], hi[k]);
-            CHECKF(ops[k] != NULL, "%s [%zu, %zu): %s", kind ? "all-gather" : "reduce-scatter", lo[k], hi[k], tn_errmsg());
-        }
-        for (int k = 0; k < NR; k++)
-            if (ops[k]) CHECK(tn_comm_wait(ops[k]) == 0);
-        for (size_t i = 0; i < n; i++) {
-            int in = 0;
-            for (int k = 0; k < NR; k++) in |= i >= lo[k] && i < hi[k];
-            int own = i >= off && i < off + len;
-            float want = kind ? (in || own ? g_of(i) : -1.0f) : (in && own ? sum_of(i) : x_of(R, i));
-            if (!in && !own && b[i] != want) { CHECKF(0, "%s touched [%zu] outside its ranges", kind ? "all-gather" : "reduce-scatter", i); break; }
-            if ((kind || own) && b[i] != want) {
-                CHECKF(0, "%s rank %d shard [%zu,+%zu): [%zu] = %g, expected %g", kind ? "all-gather" : "reduce-scatter", R,
-                       off, len, i, b[i], want);
-                break;
-            }
-        }
-        /* the whole slab, both collectives: reduce-scatter then all-gather = allreduce (the second may start
-         * while the first drains, so data that depends on an op is touched only after waiting for it) */
-        if (!kind) {
-            fill(b, n);
-            tn_comm_op *rs = tn_comm_ireduce_scatter_range(c, b, n, 0, n);
-            CHECK(rs && tn_comm_wait(rs) == 0);
-            tn_comm_op *ag = tn_comm_iallgather_range(c, b, n, 0, n);
-            CHECK(ag && tn_comm_wait(ag) == 0);
-            size_t bad = first_bad_sum(b, 0, n);
-            CHECKF(bad == n, "range reduce-scatter + all-gather: [%zu] = %g", bad, bad < n ? b[bad] : 0);
-        }
-        free(b);
-    }
+    check_ranges(c, n, off, len, lo, hi, NR, 1);
+    /* more ranges than ops may run at once, in scrambled slab order: ranges of different shards run side by
+     * side (comm_impl.h), so lanes are reused while others still move (slots k x 7919 mod 1600 are distinct:
+     * 7919 is prime and does not divide 1600) */
+    size_t slo[NS], shi[NS];
+    for (int k = 0; k < NS; k++) slo[k] = (size_t)(k * 7919 % 1600) * 61, shi[k] = slo[k] + 61;
+    check_ranges(c, n, off, len, slo, shi, NS, 0);
     float x = 0;
     CHECK(tn_comm_iallgather_range(c, &x, 1, 1, 2) == NULL && strstr(tn_errmsg(), "outside"));
     /* point-to-point: every rank sends its rank to rank 0 */
