@@ -71,7 +71,11 @@ static void cpu_free(void *p) {
     free(p);
 }
 
-/* Whole pages inside [p, p+n) are dropped (they read back as zero), the partial pages at the edges zeroed. */
+/* Whole pages inside [p, p+n) are dropped (they read back as zero), the partial pages at the edges zeroed.
+ * A released range is written again soon (ZeRO frees gradients and gathered parameters every step): 4 KB
+ * pages would fault back one by one (~0.4 ms per MB, measured: 90 ms per step for the small preset's
+ * gradients), so a large one is marked for transparent huge pages, which fault back 2 MB at a time (~0.1 ms
+ * per MB). Huge pages form only inside the marked range, so no page outside it becomes resident. */
 static void cpu_release(float *p, size_t n) {
     if (!n) return;
     const uintptr_t page = 4096, a = (uintptr_t)p, b = (uintptr_t)(p + n);
@@ -80,6 +84,9 @@ static void cpu_release(float *p, size_t n) {
         memset(p, 0, n * sizeof *p);
         return;
     }
+#ifdef MADV_HUGEPAGE
+    if (hi - lo >= ((uintptr_t)2 << 20)) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* a hint: EINVAL without THP */
+#endif
     memset(p, 0, lo - a);
     memset((void *)hi, 0, b - hi);
 }
