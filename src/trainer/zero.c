@@ -38,10 +38,9 @@ static void start_piece(tn_zero *z, piece *p) {
     if (!p->op) tn_die("parameter all-gather of [%zu, %zu) failed: %s", p->lo, p->hi, tn_errmsg());
 }
 
-static void wait_piece(tn_zero *z, piece *p) {
+static void wait_piece(piece *p) {
     tn_comm_op *op = p->op;
     p->op = NULL;
-    (void)z;
     if (op && tn_comm_wait(op) != 0) tn_die("parameter all-gather of [%zu, %zu) failed: %s", p->lo, p->hi, tn_errmsg());
 }
 
@@ -61,15 +60,15 @@ static void gather(tn_zero *z, int g) {
 static void wait_group(tn_zero *z, int g, int own_sends) {
     for (int i = z->first[g + 1]; i < z->first[g + 2]; i++) {
         piece *p = &z->pieces[i];
-        if (p->op && !(own_sends && p->mine && !tn_comm_test(p->op))) wait_piece(z, p);
+        if (p->op && !(own_sends && p->mine && !tn_comm_test(p->op))) wait_piece(p);
     }
     z->here[g + 1] = 1;
 }
 
-/* Stages 1-2: a piece this rank only sends may still be moving; it must arrive before the optimizer writes
- * the shard that it reads. */
+/* Stages 1-2: a piece this rank only sends may still be moving; it must have left before the optimizer
+ * writes the shard it is read from. */
 static void collect_sends(tn_zero *z) {
-    for (int i = 0; i < z->n_pieces; i++) wait_piece(z, &z->pieces[i]);
+    for (int i = 0; i < z->n_pieces; i++) wait_piece(&z->pieces[i]);
 }
 
 /* Stage 3: the group's parameters outside this rank's shard go back to the system. */
