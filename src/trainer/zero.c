@@ -168,7 +168,7 @@ void tn_zero_shard(const tn_zero *z, size_t *lo, size_t *n) { *lo = z->lo, *n = 
 
 int tn_zero_after_update(tn_zero *z) {
     if (z->stage == 3) return 0; /* the next pass gathers what it needs */
-    collect_sends(z);
+    collect_sends(z); /* nothing left after tn_zero_clip; start_piece must never overwrite an op in flight */
     for (int g = -1; g <= z->m->L; g++) z->here[g + 1] = z->first[g + 1] == z->first[g + 2];
     /* by offset into their shards: every owner sends at once, each shard's pieces in forward order */
     for (int i = 0; i < z->n_pieces; i++) start_piece(z, &z->pieces[z->order[i]]);
