@@ -112,6 +112,23 @@ struct tn_backend {
     const char *(*describe)(void);                   /* one line for the start-up banner: device, precision */
     size_t (*peak_bytes)(void);                      /* high-water mark of the backend's memory; 0: not tracked */
     void (*sync)(void);                              /* returns once every queued kernel has finished (timing) */
+
+    /* ---- generation with a KV cache (model/kv_forward.c). NULL in a backend without them: generation refuses
+     * there in one line. */
+    /* y[M, N] (row stride ldy) = alpha x[M, K] W[N, K]^T + beta y (beta 0: y is not read). Meant for few rows (one
+     * per sequence being decoded): an implementation reads W once for all M rows. */
+    void (*linear_rows)(float *y, int ldy, const float *x, int ldx, const float *W, int N, int K, int M, float alpha,
+                        float beta);
+    /* rotary embedding in place as rope, but row t of x [T, ld] is at position pos[t] (backend memory);
+     * cos/sin [> max pos, hd/2] */
+    void (*rope_at)(float *x, int T, int nheads, int hd, int ld, const int32_t *pos, const float *cos,
+                    const float *sin);
+    /* Causal grouped-query attention of T new rows against cached keys and values: row t's query heads are q +
+     * t ldq (H heads of hd); its sequence's keys and values are rows of KV*hd floats from k[t] and v[t] (pointer
+     * arrays in host memory, each pointing into backend memory), and it attends to rows 0..pos[t] of them, its
+     * own included (the caller stored them first). out [T, H*hd]. */
+    void (*attention_cached)(float *out, const float *q, int ldq, const float *const *k, const float *const *v,
+                             const int32_t *pos, int T, int H, int KV, int hd);
 };
 
 const tn_backend *tn_backend_cpu(void);

@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ATT_BLOCK 64
@@ -115,4 +116,44 @@ void tn_cpu_attention_backward(float *dqkv, const float *dout, const float *out,
             }
         }
     }
+}
+
+/* Rows [starts[i], starts[i+1]) form run i: consecutive rows of one sequence at consecutive positions (a prefill),
+ * computed as blocks of sgemm like training; a decode step has one row per run. Returns the number of runs. */
+static int cached_runs(const float *const *k, const int32_t *pos, int T, int *starts) {
+    int n = 0;
+    for (int t = 0; t < T; t++)
+        if (t == 0 || k[t] != k[t - 1] || pos[t] != pos[t - 1] + 1) starts[n++] = t;
+    starts[n] = T;
+    return n;
+}
+
+void tn_cpu_attention_cached(float *out, const float *q, int ldq, const float *const *k, const float *const *v,
+                             const int32_t *pos, int T, int H, int KV, int hd) {
+    if (T <= 0) return;
+    const int rep = H / KV, ldo = H * hd, ldk = KV * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    int *starts = tn_xmalloc(((size_t)T + 1) * sizeof *starts);
+    int n_runs = cached_runs(k, pos, T, starts);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int task = 0; task < n_runs * KV; task++) {
+        int run = task / KV, g = task % KV, t0 = starts[run], t1 = starts[run + 1];
+        const float *K = k[t0] + (size_t)g * hd, *V = v[t0] + (size_t)g * hd;
+        for (int h = g * rep; h < (g + 1) * rep; h++) {
+            for (int b0 = t0; b0 < t1; b0 += ATT_BLOCK) {
+                int b1 = b0 + ATT_BLOCK < t1 ? b0 + ATT_BLOCK : t1, nr = b1 - b0, nc = pos[b1 - 1] + 1;
+                float *P = tn_cpu_thread_scratch(0, (size_t)ATT_BLOCK * nc);
+                /* P[nr, nc] = scale * Q[b0:b1] K[0:nc]^T ; row ii sees keys 0..pos[b0 + ii] */
+                tn_cpu_matmul(0, 1, nr, nc, hd, scale, q + (size_t)b0 * ldq + (size_t)h * hd, ldq, K, ldk, 0.0f, P, nc);
+                for (int ii = 0; ii < nr; ii++) {
+                    int i = pos[b0 + ii];
+                    float *p = P + (size_t)ii * nc, m = tn_max(p, i + 1);
+                    float inv = 1.0f / causal_exp_row(p, i, nc, m);
+                    for (int j = 0; j <= i; j++) p[j] *= inv;
+                }
+                tn_cpu_matmul(0, 0, nr, hd, nc, 1.0f, P, nc, V, ldk, 0.0f, out + (size_t)b0 * ldo + (size_t)h * hd, ldo);
+            }
+        }
+    }
+    free(starts);
 }

@@ -433,6 +433,9 @@ static const tn_backend cpu_backend = {
     .describe = cpu_describe,
     .peak_bytes = cpu_peak_bytes,
     .sync = cpu_sync,
+    .linear_rows = tn_cpu_linear_rows,
+    .rope_at = tn_cpu_rope_at,
+    .attention_cached = tn_cpu_attention_cached,
 };
 
 const tn_backend *tn_backend_cpu(void) { return &cpu_backend; }

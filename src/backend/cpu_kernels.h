@@ -3,6 +3,7 @@
 #define TN_CPU_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 void tn_cpu_matmul(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                    int ldb, float beta, float *C, int ldc);
@@ -10,6 +11,13 @@ void tn_cpu_attention_forward(float *out, float *lse, const float *qkv, int B, i
                               int ld);
 void tn_cpu_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse,
                                const float *qkv, int B, int S, int H, int KV, int hd, int ld);
+/* generation (cpu_decode.c, cpu_attention.c): see backend.h linear_rows, rope_at, attention_cached */
+void tn_cpu_linear_rows(float *y, int ldy, const float *x, int ldx, const float *W, int N, int K, int M, float alpha,
+                        float beta);
+void tn_cpu_rope_at(float *x, int T, int nheads, int hd, int ld, const int32_t *pos, const float *cos,
+                    const float *sin);
+void tn_cpu_attention_cached(float *out, const float *q, int ldq, const float *const *k, const float *const *v,
+                             const int32_t *pos, int T, int H, int KV, int hd);
 /* Per-OpenMP-thread scratch of at least n floats (grown on demand, kept for the process lifetime). */
 float *tn_cpu_thread_scratch(int slot, size_t n);
 

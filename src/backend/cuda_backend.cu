@@ -520,6 +520,8 @@ static void fill_table(tn_backend *b) {
     b->describe = cuda_describe;
     b->peak_bytes = cuda_peak_bytes;
     b->sync = cuda_sync;
+    /* linear_rows, rope_at, attention_cached stay NULL: generation's kernels have not been checked on a GPU yet,
+     * so generation refuses this backend in one line (model/kv_forward.c) and runs on the CPU backend */
 }
 
 /* ------------------------------------------------------------------ opening */

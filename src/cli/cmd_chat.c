@@ -1,11 +1,12 @@
 /* cmd_chat.c -- `tandem chat CONFIG.yaml [key=value ...]` and `tandem generate CONFIG.yaml [key=value ...]
- * --prompt TEXT`: try what was trained, as `llamafactory-cli chat` does.
+ * --prompt TEXT [--stats]`: try what was trained, as `llamafactory-cli chat` does.
  *
- * The YAML is LLaMA-Factory's inference YAML: model_name_or_path, adapter_name_or_path (the LoRA output of
- * a run; merged into the weights for speed), template, default_system, and the generation keys do_sample,
- * temperature, top_p, top_k, max_new_tokens (LLaMA-Factory's defaults). Prompts go through the same
- * template code as training, so the model sees exactly the ids it was trained on. chat keeps the
- * conversation; a line "clear" starts a new one, "exit" (or end of input) leaves. */
+ * The YAML is LLaMA-Factory's inference YAML: model_name_or_path, adapter_name_or_path (the LoRA output of a run;
+ * merged into the weights for speed), template, default_system, and the generation keys do_sample, temperature,
+ * top_p, top_k, repetition_penalty, max_new_tokens (LLaMA-Factory's defaults). Prompts go through the same
+ * template code as training, so the model sees exactly the ids it was trained on. Answers stream as they are
+ * generated; chat keeps the conversation's KV cache between turns, so a turn computes only its new tokens. A line
+ * "clear" starts a new conversation, "exit" (or end of input) leaves. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,88 +15,56 @@
 #include "cli/commands.h"
 #include "config/train_config.h"
 #include "core/core.h"
-#include "data/lf_dataset.h"
-#include "model/generate.h"
-#include "model/model.h"
-#include "tokenizer/tokenizer.h"
+#include "infer/infer.h"
 
 typedef struct {
-    tn_train_config *cfg;
-    tn_model *m;
-    tn_tokenizer *tok;
-    lf_chat *chat;
-    int32_t eos[2];
-    int n_eos;
-} session;
+    int prompt_tokens, new_tokens, reused;
+    double t_start, t_first, t_end;
+} answer_stats;
 
-static int open_session(session *s, tn_train_config *cfg) {
-    memset(s, 0, sizeof *s);
-    s->cfg = cfg;
-    if (!cfg->model_name_or_path[0]) return tn_err("%s: set model_name_or_path (an HF model folder)", cfg->source_path);
-    if (!cfg->template_name[0])
-        return tn_err("%s: set template (the one the model was trained with: default, qwen, qwen3, qwen3_nothink, llama3)",
-                      cfg->source_path);
-    char *cfg_path = tn_path_join(cfg->model_name_or_path, "config.json");
-    char *tok_path = tn_path_join(cfg->model_name_or_path, "tokenizer.json");
-    tn_model_config mc;
-    tn_lora_config lora = {0};
-    int rc = tn_model_config_load(cfg_path, &mc);
-    if (rc == 0 && cfg->adapter_name_or_path[0]) rc = tn_lora_config_load(cfg->adapter_name_or_path, &lora);
-    if (rc == 0) {
-        s->m = tn_model_create(&mc, lora.r ? &lora : NULL, tn_backend_cpu());
-        rc = tn_model_load_hf(s->m, cfg->model_name_or_path);
-        if (rc == 0 && lora.r) rc = tn_model_load_adapter(s->m, cfg->adapter_name_or_path);
-        if (rc == 0) tn_model_fold_lora(s->m);
-    }
-    if (rc == 0 && !(s->tok = tn_tokenizer_load(tok_path))) rc = -1;
-    if (rc == 0 && !(s->chat = lf_chat_open(cfg->template_name, s->tok, tok_path, cfg->enable_thinking ? 1 : -1))) rc = -1;
-    if (rc == 0) {
-        s->eos[s->n_eos++] = lf_chat_eos(s->chat);
-        int32_t eot = tn_tokenizer_token_to_id(s->tok, "<|endoftext|>");
-        if (eot >= 0 && eot != s->eos[0]) s->eos[s->n_eos++] = eot;
-    }
-    free(cfg_path), free(tok_path);
-    return rc;
-}
-
-static void close_session(session *s) {
-    lf_chat_close(s->chat);
-    tn_tokenizer_free(s->tok);
-    tn_model_free(s->m);
-}
-
-/* The assistant's answer to turns[0..n) (n odd); malloc'd text or NULL + tn_err. */
-static char *answer(session *s, const char *const *turns, int n, uint64_t seed) {
+/* Streams the answer to turns[0..n) to out (when not NULL); returns the whole text (malloc'd) or NULL + tn_err. */
+static char *answer(tn_infer *s, tn_gen *g, const char *const *turns, int n, uint64_t seed, FILE *out,
+                    answer_stats *st) {
     tn_ids prompt = {0};
-    if (lf_chat_prompt(s->chat, s->cfg->default_system, turns, n, &prompt) != 0) return NULL;
-    const tn_train_config *c = s->cfg;
-    int S = (int)prompt.n + c->max_new_tokens;
-    int max_pos = s->m->cfg.max_position_embeddings;
-    if (max_pos > 0 && S > max_pos) S = max_pos;
-    if ((int)prompt.n >= S) {
-        tn_ids_free(&prompt);
-        tn_err("the conversation (%zu tokens) fills the model's %d positions: say \"clear\"", prompt.n, S);
+    memset(st, 0, sizeof *st);
+    st->t_start = tn_now();
+    if (tn_infer_prompt(s, NULL, turns, n, &prompt) != 0) return NULL;
+    tn_sampling sp = tn_infer_sampling(s, seed);
+    int rc = tn_gen_start(g, 0, prompt.ids, (int)prompt.n, &sp, s->stop, s->n_stop);
+    if (rc != 0) tn_err("%s: say \"clear\" to start a new conversation", tn_errmsg());
+    st->prompt_tokens = (int)prompt.n, st->reused = rc == 0 ? tn_gen_reused(g, 0) : 0;
+    tn_ids_free(&prompt);
+    if (rc != 0) return NULL;
+    tn_text_stream ts = {0};
+    size_t len = 0;
+    char *text = tn_xstrdup("");
+    for (tn_gen_event ev; (rc = tn_gen_step(g, &ev)) > 0;) {
+        if (ev.prefilled) st->t_first = tn_now();
+        int k;
+        const int32_t *ids = tn_gen_output(g, 0, &k);
+        char *piece = tn_text_next(&ts, s->tok, ids, k, ev.finish != TN_FINISH_NONE);
+        size_t pl = strlen(piece);
+        text = tn_xrealloc(text, len + pl + 1);
+        memcpy(text + len, piece, pl + 1);
+        len += pl;
+        if (out && pl) fputs(piece, out), fflush(out);
+        free(piece);
+    }
+    st->t_end = tn_now();
+    tn_gen_output(g, 0, &st->new_tokens);
+    if (rc < 0) {
+        free(text);
         return NULL;
     }
-    int32_t *ids = tn_xcalloc((size_t)S, sizeof *ids);
-    memcpy(ids, prompt.ids, prompt.n * sizeof *ids);
-    tn_acts *a = tn_acts_create(s->m, 1, S, 0);
-    tn_sampling sp = {.do_sample = c->do_sample, .top_k = c->top_k, .max_new = c->max_new_tokens,
-                      .n_vocab = tn_tokenizer_vocab_size(s->tok), .temperature = c->temperature, .top_p = c->top_p,
-                      .seed = seed};
-    int got = tn_generate(s->m, a, ids, (int)prompt.n, S, &sp, s->eos, s->n_eos);
-    char *text = tn_tokenizer_decode(s->tok, ids + prompt.n, (size_t)got, 1);
-    tn_acts_free(a);
-    free(ids);
-    tn_ids_free(&prompt);
     return text;
 }
 
-static int load_cfg(int argc, char **argv, tn_train_config *cfg, const char **prompt) {
+static int load_cfg(int argc, char **argv, tn_train_config *cfg, const char **prompt, int *stats) {
     if (argc < 1 || strchr(argv[0], '=')) return tn_err("expected a config file first: CONFIG.yaml [key=value ...]");
     int rc = tn_train_config_load(argv[0], cfg);
     for (int i = 1; i < argc && rc == 0; i++) {
         if (prompt && strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) *prompt = argv[++i];
+        else if (stats && strcmp(argv[i], "--stats") == 0) *stats = 1;
         else if (!strchr(argv[i], '=')) rc = tn_err("command line: '%s' is not key=value", argv[i]);
         else rc = tn_train_config_override(cfg, argv[i]);
     }
@@ -105,30 +74,54 @@ static int load_cfg(int argc, char **argv, tn_train_config *cfg, const char **pr
     return rc;
 }
 
+static tn_gen *open_gen(tn_infer *s) {
+    int ctx = tn_infer_context(s, 0);
+    return tn_gen_create(s->m, 1, ctx);
+}
+
 int tn_cmd_generate(int argc, char **argv) {
     static tn_train_config cfg;
     const char *prompt = NULL;
-    session s = {0};
-    int rc = load_cfg(argc, argv, &cfg, &prompt);
+    int stats = 0;
+    tn_infer s = {0};
+    tn_gen *g = NULL;
+    int rc = load_cfg(argc, argv, &cfg, &prompt, &stats);
     if (rc == 0 && !prompt) rc = tn_err("generate needs --prompt TEXT");
-    if (rc == 0) rc = open_session(&s, &cfg);
-    char *text = rc == 0 ? answer(&s, &prompt, 1, (uint64_t)cfg.seed) : NULL;
-    if (text) printf("%s\n", text);
-    else rc = -1;
+    if (rc == 0) rc = tn_infer_open(&s, &cfg, 1);
+    if (rc == 0 && !(g = open_gen(&s))) rc = -1;
+    answer_stats st;
+    char *text = rc == 0 ? answer(&s, g, &prompt, 1, (uint64_t)cfg.seed, stdout, &st) : NULL;
+    if (text) {
+        printf("\n");
+        fflush(stdout);
+        if (stats) {
+            double ttft = st.t_first - st.t_start, decode = st.t_end - st.t_first;
+            fprintf(stderr, "tandem: %d prompt tokens, %d new tokens: time to first token %.1f ms, then %.1f tokens/s "
+                            "(%.1f tokens/s overall, %s, %d threads)\n",
+                    st.prompt_tokens, st.new_tokens, 1e3 * ttft,
+                    st.new_tokens > 1 && decode > 0 ? (st.new_tokens - 1) / decode : 0.0,
+                    st.new_tokens / (st.t_end - st.t_start), s.m->be->describe(), s.m->be->num_threads());
+        }
+    } else {
+        rc = -1;
+    }
     free(text);
-    close_session(&s);
+    tn_gen_free(g);
+    tn_infer_close(&s);
     if (rc) fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
     return rc ? 1 : 0;
 }
 
 int tn_cmd_chat(int argc, char **argv) {
     static tn_train_config cfg;
-    session s = {0};
-    int rc = load_cfg(argc, argv, &cfg, NULL);
-    if (rc == 0) rc = open_session(&s, &cfg);
+    tn_infer s = {0};
+    tn_gen *g = NULL;
+    int rc = load_cfg(argc, argv, &cfg, NULL, NULL);
+    if (rc == 0) rc = tn_infer_open(&s, &cfg, 1);
+    if (rc == 0 && !(g = open_gen(&s))) rc = -1;
     if (rc) {
         fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
-        close_session(&s);
+        tn_infer_close(&s);
         return 1;
     }
     printf("tandem chat: %s%s%s, template %s. \"clear\" starts over, \"exit\" leaves.\n", cfg.model_name_or_path,
@@ -151,17 +144,21 @@ int tn_cmd_chat(int argc, char **argv) {
         }
         turns = tn_xrealloc(turns, (size_t)(n + 2) * sizeof *turns);
         turns[n++] = tn_xstrdup(line);
-        char *text = answer(&s, (const char *const *)turns, n, seed++);
+        printf("Assistant: ");
+        fflush(stdout);
+        answer_stats st;
+        char *text = answer(&s, g, (const char *const *)turns, n, seed++, stdout, &st);
+        printf("\n");
         if (!text) {
             fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
             free(turns[--n]);
             continue;
         }
-        printf("Assistant: %s\n", text);
         turns[n++] = text;
     }
     for (int i = 0; i < n; i++) free(turns[i]);
     free(turns);
-    close_session(&s);
+    tn_gen_free(g);
+    tn_infer_close(&s);
     return 0;
 }

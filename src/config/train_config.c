@@ -94,7 +94,7 @@ static const key_def KEYS[] = {
     {"top_k", INT(top_k, 0, INT_MAX), 0, 0, "an integer >= 0 (0: no top-k cut)", NULL},
     {"max_new_tokens", INT(max_new_tokens, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
     {"infer_backend", NOTICE, 0, 0, "tandem generates with its own forward pass", NULL},
-    {"repetition_penalty", NOFIELD, 0, 0, "not supported yet (only 1.0)", set_unsupported},
+    {"repetition_penalty", NUM(repetition_penalty, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number (1.0: off)", NULL},
     {"export_legacy_format", NOTICE, 0, 0, "exports are always safetensors", NULL},
     /* method */
     {"finetuning_type", CUSTOM(finetuning_type), 0, 0, "one of lora, full", set_finetuning_type},
@@ -256,6 +256,7 @@ void tn_train_config_defaults(tn_train_config *c) {
     c->seed = 42;
     c->export_size = 5;
     c->do_sample = 1, c->temperature = 0.95, c->top_p = 0.7, c->top_k = 50, c->max_new_tokens = 1024;
+    c->repetition_penalty = 1.0;
     c->ddp_bucket_cap_mb = 4; /* small enough that the first bucket leaves early and overlaps backward */
     c->peer_timeout = 60;
     c->zero_stage = -1;
@@ -546,7 +547,6 @@ static int set_unsupported(tn_train_config *c, const key_def *k, const char *v, 
     char s[64];
     if (!trimmed(v, s, sizeof s) || !s[0] || !strcmp(s, "false") || !strcmp(s, "none") || !strcmp(s, "concat"))
         return 0;
-    if (!strcmp(k->name, "repetition_penalty") && (!strcmp(s, "1.0") || !strcmp(s, "1"))) return 0; /* neutral */
     snprintf(msg, MSG_MAX, "key '%s': %s", k->name, k->expect);
     return -1;
 }

@@ -109,6 +109,7 @@ typedef struct {
     int do_sample;                        /* default true (LF) */
     double temperature, top_p;            /* 0.95, 0.7 (LF) */
     int top_k, max_new_tokens;            /* 50, 1024 (LF) */
+    double repetition_penalty;            /* 1.0 (LF) */
     /* keys of the Python world that change nothing here: one line each, printed at start-up */
     char notices[4096];
     /* bookkeeping */

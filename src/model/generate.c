@@ -1,11 +1,141 @@
-/* generate.c -- greedy decoding with the full-forward model (no KV cache: the demo's sequences are
- * short, and one code path for training and inference keeps them in agreement). */
-#include <math.h>
+/* generate.c -- the decoding engine over a KV cache (see generate.h), and the full-recompute greedy reference. */
+#include "model/generate.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
-#include "model/generate.h"
+
+typedef struct {
+    int32_t *ids;            /* prompt then generated tokens; [0, kv len) are cached */
+    int n, cap;
+    int prompt_len, reused, running;
+    tn_sampling sp;
+    int32_t *stop;
+    int n_stop;
+    tn_rng rng;
+} slot_state;
+
+struct tn_gen {
+    tn_model *m;
+    tn_kv *kv;
+    int n_slots;
+    slot_state *slot;
+    tn_kv_seg *segs;
+    int *seg_slot;
+    float *logits;           /* [n_slots, V] */
+    tn_token_sampler *sampler;
+};
+
+tn_gen *tn_gen_create(tn_model *m, int n_slots, int ctx) {
+    tn_kv *kv = tn_kv_create(m, n_slots, ctx);
+    if (!kv) return NULL;
+    tn_gen *g = tn_xcalloc(1, sizeof *g);
+    g->m = m, g->kv = kv, g->n_slots = n_slots;
+    g->slot = tn_xcalloc((size_t)n_slots, sizeof *g->slot);
+    g->segs = tn_xcalloc((size_t)n_slots, sizeof *g->segs);
+    g->seg_slot = tn_xcalloc((size_t)n_slots, sizeof *g->seg_slot);
+    g->logits = tn_xmalloc((size_t)n_slots * m->V * sizeof *g->logits);
+    g->sampler = tn_token_sampler_create(m->V);
+    return g;
+}
+
+void tn_gen_free(tn_gen *g) {
+    if (!g) return;
+    for (int s = 0; s < g->n_slots; s++) free(g->slot[s].ids), free(g->slot[s].stop);
+    tn_kv_free(g->kv);
+    tn_token_sampler_free(g->sampler);
+    free(g->slot), free(g->segs), free(g->seg_slot), free(g->logits);
+    free(g);
+}
+
+int tn_gen_ctx(const tn_gen *g) { return tn_kv_ctx(g->kv); }
+int tn_gen_slots(const tn_gen *g) { return g->n_slots; }
+int tn_gen_running(const tn_gen *g, int slot) { return g->slot[slot].running; }
+int tn_gen_reused(const tn_gen *g, int slot) { return g->slot[slot].reused; }
+size_t tn_gen_cache_resident(const tn_gen *g) { return tn_kv_resident(g->kv); }
+
+int tn_gen_n_running(const tn_gen *g) {
+    int n = 0;
+    for (int s = 0; s < g->n_slots; s++) n += g->slot[s].running;
+    return n;
+}
+
+const int32_t *tn_gen_output(const tn_gen *g, int slot, int *n) {
+    const slot_state *st = &g->slot[slot];
+    *n = st->n - st->prompt_len;
+    return st->ids + st->prompt_len;
+}
+
+static void push(slot_state *st, int32_t id) {
+    if (st->n == st->cap) {
+        st->cap = st->cap ? 2 * st->cap : 256;
+        st->ids = tn_xrealloc(st->ids, (size_t)st->cap * sizeof *st->ids);
+    }
+    st->ids[st->n++] = id;
+}
+
+int tn_gen_start(tn_gen *g, int slot, const int32_t *prompt, int n, const tn_sampling *sp, const int32_t *stop,
+                 int n_stop) {
+    int ctx = tn_kv_ctx(g->kv);
+    if (slot < 0 || slot >= g->n_slots) return tn_err("generation: slot %d of %d", slot, g->n_slots);
+    if (n < 1) return tn_err("generation: the prompt is empty");
+    if (n > ctx - 1)
+        return tn_err("the prompt has %d tokens: the context holds %d (prompt and answer), so at most %d", n, ctx, ctx - 1);
+    for (int i = 0; i < n; i++)
+        if (prompt[i] < 0 || prompt[i] >= g->m->V)
+            return tn_err("generation: token id %d outside the model's vocabulary [0, %d)", prompt[i], g->m->V);
+    slot_state *st = &g->slot[slot];
+    /* keep the cached tokens that begin this prompt; at least the last prompt token is computed (its logits) */
+    int cached = tn_kv_len(g->kv, slot), same = 0;
+    while (same < cached && same < n - 1 && st->ids[same] == prompt[same]) same++;
+    tn_kv_truncate(g->kv, slot, same);
+    st->n = 0;
+    for (int i = 0; i < n; i++) push(st, prompt[i]);
+    st->prompt_len = n, st->reused = same, st->running = 1;
+    st->sp = *sp;
+    free(st->stop);
+    st->stop = tn_xmalloc((size_t)(n_stop > 0 ? n_stop : 1) * sizeof *st->stop);
+    if (n_stop > 0) memcpy(st->stop, stop, (size_t)n_stop * sizeof *stop);
+    st->n_stop = n_stop > 0 ? n_stop : 0;
+    tn_rng_seed(&st->rng, sp->seed);
+    return 0;
+}
+
+int tn_gen_step(tn_gen *g, tn_gen_event *out) {
+    int n_segs = 0;
+    for (int s = 0; s < g->n_slots; s++) {
+        slot_state *st = &g->slot[s];
+        if (!st->running) continue;
+        int cached = tn_kv_len(g->kv, s);
+        g->segs[n_segs] = (tn_kv_seg){.slot = s, .n = st->n - cached, .ids = st->ids + cached};
+        g->seg_slot[n_segs++] = s;
+    }
+    if (!n_segs) return 0;
+    if (tn_kv_forward(g->m, g->kv, g->segs, n_segs, g->logits) != 0) return -1;
+    int ctx = tn_kv_ctx(g->kv), V = g->m->V;
+    for (int i = 0; i < n_segs; i++) {
+        slot_state *st = &g->slot[g->seg_slot[i]];
+        int prefilled = st->n == st->prompt_len;
+        int32_t t = tn_sample(g->sampler, g->logits + (size_t)i * V, V, &st->sp, st->ids, st->n, &st->rng);
+        push(st, t);
+        tn_finish f = TN_FINISH_NONE;
+        for (int e = 0; e < st->n_stop; e++)
+            if (t == st->stop[e]) f = TN_FINISH_STOP;
+        if (f == TN_FINISH_NONE && (st->n - st->prompt_len >= st->sp.max_new || st->n >= ctx)) f = TN_FINISH_LENGTH;
+        if (f != TN_FINISH_NONE) st->running = 0;
+        out[i] = (tn_gen_event){.slot = g->seg_slot[i], .token = t, .finish = f, .prefilled = prefilled};
+    }
+    return n_segs;
+}
+
+void tn_gen_cancel(tn_gen *g, int slot) { g->slot[slot].running = 0; }
+
+void tn_gen_release(tn_gen *g, int slot) {
+    slot_state *st = &g->slot[slot];
+    st->running = 0, st->n = 0, st->prompt_len = 0;
+    tn_kv_release(g->kv, slot);
+}
 
 int tn_generate_greedy(tn_model *m, tn_acts *a, int32_t *ids, int *lens, int B, int S, int max_new, int eos,
                        int pad) {
@@ -31,52 +161,4 @@ int tn_generate_greedy(tn_model *m, tn_acts *a, int32_t *ids, int *lens, int B, 
     free(logits);
     free(done);
     return steps;
-}
-
-/* One draw from logits row[V] under sp (greedy when not sampling). work: V floats + V ints. */
-static int32_t pick(const float *row, int V, const tn_sampling *sp, tn_rng *rng, float *prob, int *idx) {
-    int best = 0;
-    for (int v = 1; v < V; v++) best = row[v] > row[best] ? v : best;
-    if (!sp->do_sample || sp->temperature <= 0) return best;
-    /* softmax of row / T over the top_k tokens, most likely first. Without top_k the 1024 most likely
-     * stand in for the whole vocabulary (only top_p = 1 would notice the tail's missing mass). */
-    int k = sp->top_k > 0 ? sp->top_k : 1024;
-    k = k < V ? k : V;
-    for (int v = 0; v < V; v++) idx[v] = v;
-    for (int i = 0; i < k; i++) { /* partial selection sort: the top k in front (k is 50 by default) */
-        int m = i;
-        for (int v = i + 1; v < V; v++) m = row[idx[v]] > row[idx[m]] ? v : m;
-        int t = idx[i];
-        idx[i] = idx[m], idx[m] = t;
-    }
-    double sum = 0, mx = row[idx[0]];
-    for (int i = 0; i < k; i++) sum += prob[i] = (float)exp((row[idx[i]] - mx) / sp->temperature);
-    double keep = 0;
-    int n = 0;
-    while (n < k && (n == 0 || keep < sp->top_p * sum)) keep += prob[n++];
-    double u = (double)(tn_rng_next(rng) >> 11) * 0x1.0p-53 * keep, acc = 0;
-    for (int i = 0; i < n; i++)
-        if ((acc += prob[i]) >= u) return idx[i];
-    return idx[n - 1];
-}
-
-int tn_generate(tn_model *m, tn_acts *a, int32_t *ids, int len, int S, const tn_sampling *sp, const int32_t *eos,
-                int n_eos) {
-    float *logits = tn_xmalloc((size_t)S * m->V * sizeof *logits), *prob = tn_xmalloc((size_t)m->V * sizeof *prob);
-    int *idx = tn_xmalloc((size_t)m->V * sizeof *idx);
-    tn_rng rng;
-    tn_rng_seed(&rng, sp->seed);
-    int added = 0;
-    for (int s = len; s < S; s++) ids[s] = 0;
-    while (added < sp->max_new && len + added < S) {
-        tn_model_logits(m, a, ids, 1, S, logits);
-        int V = sp->n_vocab > 0 && sp->n_vocab < m->V ? sp->n_vocab : m->V;
-        int32_t t = pick(logits + (size_t)(len + added - 1) * m->V, V, sp, &rng, prob, idx);
-        int stop = 0;
-        for (int e = 0; e < n_eos; e++) stop |= t == eos[e];
-        if (stop) break;
-        ids[len + added++] = t;
-    }
-    free(logits), free(prob), free(idx);
-    return added;
 }

@@ -36,21 +36,24 @@ int main(void) {
     for (int v = 0; v < V; v++)
         for (int d = 0; d < 16; d++) w[v * 16 + d] = v < N_VOCAB ? 0.0f : (float)(50.0 * tn_rng_normal(&rng));
     tn_model_set(m, head, w);
-    tn_acts *a = tn_acts_create(m, 1, S, 0);
-    int32_t eos = -1;
+    tn_gen *g = tn_gen_create(m, 1, S);
     for (int sample = 0; sample < 2; sample++) {
         for (int masked = 0; masked < 2; masked++) {
-            int32_t ids[S] = {5, 6, 7};
+            int32_t prompt[PROMPT] = {5, 6, 7};
             tn_sampling sp = {.do_sample = sample, .top_k = 50, .max_new = S - PROMPT, .temperature = 0.95,
-                              .top_p = 0.7, .seed = 3, .n_vocab = masked ? N_VOCAB : 0};
-            int got = tn_generate(m, a, ids, PROMPT, S, &sp, &eos, 1);
+                              .top_p = 0.7, .repetition_penalty = 1.0, .seed = 3, .n_vocab = masked ? N_VOCAB : 0};
+            CHECK(tn_gen_start(g, 0, prompt, PROMPT, &sp, NULL, 0) == 0);
+            tn_gen_event ev[1];
+            while (tn_gen_step(g, ev) > 0) {}
+            int got;
+            const int32_t *out = tn_gen_output(g, 0, &got);
             CHECKF(got == S - PROMPT, "%d tokens generated", got);
-            int mx = max_id(ids + PROMPT, got);
+            int mx = max_id(out, got);
             if (masked) CHECKF(mx < N_VOCAB, "%s drew id %d beyond the tokenizer's %d", sample ? "sampling" : "greedy", mx, N_VOCAB);
             else CHECKF(mx >= N_VOCAB, "%s without the mask drew only real ids: the test cannot tell", sample ? "sampling" : "greedy");
         }
     }
-    tn_acts_free(a);
+    tn_gen_free(g);
     tn_model_free(m);
     free(w);
     return tl_done("test_unit_generate");
