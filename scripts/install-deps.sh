@@ -8,16 +8,30 @@
 # (ip netns, tc tbf) and iperf3 (the single-TCP-stream reference).
 # Outputs: cairo + the DejaVu fonts (training_loss.png, drawn as LLaMA-Factory's matplotlib plot). Tests:
 # protobuf-compiler + python3-protobuf (the independent reader of TensorBoard event files, tests/tools/tb_read.py).
+# `tandem api`: libmicrohttpd; its tests: nodejs + npm and the official OpenAI client (npm package openai) in
+# tests/node_modules (ignored by git); predict's metrics are checked against python3-nltk's sentence_bleu, and
+# python3-jieba measures how far tandem's word segmentation is from jieba's.
 set -e
 PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libopenblas0-openmp libomp-dev \
 libyaml-dev libcjson-dev libpcre2-dev libutf8proc-dev clang libclang-rt-dev python3 python3-torch libjemalloc2 \
 openmpi-bin libopenmpi-dev libhwloc-dev iproute2 iperf3 libcairo2-dev fonts-dejavu-core protobuf-compiler python3-protobuf \
-python3-matplotlib"
+python3-matplotlib libmicrohttpd-dev python3-nltk python3-jieba"
 missing=""
+# The official OpenAI client for tests/cli/test_api.sh, into tests/node_modules (outside git), once.
+openai_client() {
+  dir=$(cd "$(dirname "$0")/../tests" && pwd)
+  [ -f "$dir/node_modules/openai/package.json" ] && return 0
+  command -v npm >/dev/null 2>&1 || return 0
+  echo "install-deps: npm install openai@$OPENAI_VERSION into $dir/node_modules"
+  npm install --prefix "$dir" --no-save --no-package-lock --no-audit --no-fund "openai@$OPENAI_VERSION" >/dev/null 2>&1 ||
+    echo "install-deps: npm could not install openai (test_api will say so)"
+}
+OPENAI_VERSION=4.95.0
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
+command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
+[ -z "$missing" ] && { openai_client; exit 0; }
 echo "install-deps: installing$missing"
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -25,3 +39,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+openai_client

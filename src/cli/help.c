@@ -58,13 +58,21 @@ static const page PAGES[] = {
      "talk to model_name_or_path (+ adapter_name_or_path) through its template; \"clear\" starts over, \"exit\" leaves",
      CONFIG_ARGS
      "  keys: model_name_or_path, adapter_name_or_path, template, default_system, enable_thinking, do_sample,\n"
-     "        temperature, top_p, top_k, max_new_tokens (LLaMA-Factory's defaults)\n"
+     "        temperature, top_p, top_k, repetition_penalty, max_new_tokens (LLaMA-Factory's defaults)\n"
      "  --help, -h      this page\n"},
-    {"generate", NULL, "generate CONFIG.yaml --prompt TEXT [key=value ...]",
-     "one answer to TEXT, through the template (the keys of chat)",
+    {"generate", NULL, "generate CONFIG.yaml --prompt TEXT [--stats] [key=value ...]",
+     "one answer to TEXT, through the template (the keys of chat), streamed as it is generated",
      "  --prompt TEXT   the user's message\n"
+     "  --stats         print time to first token and tokens/s to stderr\n"
      CONFIG_ARGS
      "  --help, -h      this page\n"},
+    {"api", NULL, "api CONFIG.yaml [key=value ...]",
+     "an OpenAI-compatible server (LLaMA-Factory's api): GET /v1/models, POST /v1/chat/completions, streaming or not",
+     CONFIG_ARGS
+     "  --help, -h      this page\n"
+     "environment: API_HOST (default 127.0.0.1; another address needs API_KEY), API_PORT (8000), API_KEY (bearer\n"
+     "  token), API_MODEL_NAME (gpt-3.5-turbo), MAX_CONCURRENT (sequences decoded together, 8), API_MAX_QUEUE\n"
+     "  (waiting requests before 429, 64), API_MAX_BODY (bytes before 413, 1 MiB), API_CONTEXT (tokens, 4096)\n"},
     {"init-model", NULL, "init-model CONFIG.json OUT_DIR [--tokenizer DIR] [--seed N]",
      "a freshly initialised HF model folder (HF's initialisation), to pre-train or to try the examples",
      "  CONFIG.json     an HF config.json (llama, qwen2, qwen3, mistral)\n"

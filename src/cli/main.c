@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/help.h"
 #include "core/core.h"
+#include "serve/api.h"
 
 /* libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, when it is loaded, before main() runs. Its default
  * (spin ~3 ms before sleeping) collapses throughput when another process holds a core (docs/performance.md,
@@ -39,13 +40,14 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "tokenize") == 0) return tn_cmd_tokenize(argc - 2, argv + 2);
     if (strcmp(cmd, "chat") == 0) return tn_cmd_chat(argc - 2, argv + 2);
     if (strcmp(cmd, "generate") == 0) return tn_cmd_generate(argc - 2, argv + 2);
+    if (strcmp(cmd, "api") == 0) return tn_api_main(argc - 2, argv + 2);
     if (strcmp(cmd, "init-model") == 0) return tn_cmd_init_model(argc - 2, argv + 2);
     if (strcmp(cmd, "export") == 0) return tn_cmd_export(argc - 2, argv + 2);
     if (strcmp(cmd, "launch") == 0) return tn_cmd_launch(argc - 2, argv + 2);
     if (strcmp(cmd, "compare") == 0) return tn_cmd_compare(argc - 2, argv + 2);
     if (strcmp(cmd, "env") == 0) return tn_cmd_env(argc - 2, argv + 2);
     if (strcmp(cmd, "topo") == 0) return tn_cmd_topo(argc - 2, argv + 2);
-    fprintf(stderr, "tandem: error: unknown command '%s' (expected train, launch, chat, generate, export, init-model, "
+    fprintf(stderr, "tandem: error: unknown command '%s' (expected train, launch, chat, generate, api, export, init-model, "
                     "tokenize, compare, env, topo, bench, help or version; see tandem --help)\n", cmd);
     return 1;
 }
