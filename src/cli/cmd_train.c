@@ -11,6 +11,7 @@
 #include "config/deepspeed_config.h"
 #include "config/train_config.h"
 #include "core/core.h"
+#include "infer/predict.h"
 #include "launch/pernode.h"
 #include "launch/rank_watch.h"
 #include "trainer/job.h"
@@ -75,6 +76,18 @@ static int load_config(int argc, char **argv, int world, tn_train_config *cfg) {
     return rc;
 }
 
+/* do_predict: with the model just trained when do_train ran too (its output_dir: the adapter, or the whole model
+ * after full fine-tuning), else with the YAML's model and adapter. */
+static int predict_after(const tn_train_config *cfg, tn_comm *comm) {
+    static tn_train_config p;
+    p = *cfg;
+    if (cfg->do_train && cfg->finetuning_type == TN_FT_LORA)
+        snprintf(p.adapter_name_or_path, sizeof p.adapter_name_or_path, "%s", cfg->output_dir);
+    else if (cfg->do_train)
+        snprintf(p.model_name_or_path, sizeof p.model_name_or_path, "%s", cfg->output_dir);
+    return tn_predict(&p, comm);
+}
+
 int tn_cmd_train(int argc, char **argv) {
     if (argc < 1) {
         fprintf(stderr, "tandem: error: train needs a config file: tandem train CONFIG.yaml [key=value ...]\n");
@@ -107,7 +120,8 @@ int tn_cmd_train(int argc, char **argv) {
         collective = rc != 0;
     }
     if (rc == 0 && in->rank == 0) tn_train_config_print_notices(&cfg, stdout); /* keys of the Python world */
-    if (rc == 0) rc = tn_job_train(&cfg, comm, cfg_fp);
+    if (rc == 0 && cfg.do_train) rc = tn_job_train(&cfg, comm, cfg_fp);
+    if (rc == 0 && cfg.do_predict) rc = predict_after(&cfg, comm);
     if (rc == -1) {
         if (in->size > 1 && !collective)
             fprintf(stderr, "tandem: error: rank %d on host %s: %s\n", in->rank, in->host, tn_errmsg());
