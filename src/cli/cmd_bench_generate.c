@@ -6,7 +6,7 @@
  *            (tn_model_eval_loss) on the same tokens;
  *   decode:  for each --new N, N greedy tokens after the prompt at batch --batch (1: one sequence): tokens/s, ms
  *            a token, and bytes read a token (every weight once + the cached keys and values at the mean
- *            context) over the copy bandwidth: the memory-bound limit. */
+ *            context) over the copy bandwidth measured just before: the memory-bound limit. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,7 +140,8 @@ int tn_cmd_bench_generate(int argc, char **argv) {
            omp_get_max_threads(), bw / 1e9, m->n_total);
     fflush(stdout);
     if (prefill) prefill_vs_training(m, prefill, name);
-    for (int i = 0; i < n_new; i++) decode(m, P, news[i], B, bw, name);
+    /* the bandwidth again just before each decode run: on a shared machine it moves with the other processes' load */
+    for (int i = 0; i < n_new; i++) decode(m, P, news[i], B, copy_bandwidth(), name);
     tn_model_free(m);
     return 0;
 }
