@@ -9,7 +9,7 @@ set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$HERE/..
 THREADS=${1:-2}
-CONFIG=${2:-$HERE/configs/qwen3-0.6b.json}
+CONFIG=$(cd "$(dirname "${2:-$HERE/configs/qwen3-0.6b.json}")" && pwd)/$(basename "${2:-$HERE/configs/qwen3-0.6b.json}")
 NEW=${3:-64,256,1024}
 BIN=${TANDEM_BIN:-$ROOT/build/tandem}
 REF=${TANDEM_SHARED_DIR:-$ROOT/../shared}/ref
