@@ -121,6 +121,15 @@ static const page PAGES[] = {
      "  --no-overlap         DiLoCo: wait for each round's average (diloco_overlap: false)\n"
      "  --compress bf16|int8 with --dist: what crosses between machines, with error feedback (comm_compression)\n"
      "  --help, -h           this page\n"},
+    {"bench", "generate", "bench generate --model-config FILE [--prompt P] [--new N[,N...]] [--batch B] [--prefill P]",
+     "generation speed on random weights: copy bandwidth, prefill vs the training forward, decode vs the bandwidth "
+     "limit; JSON lines (bench/bench_generate.sh compares with PyTorch)",
+     "  --model-config FILE  an HF config.json (bench/configs/qwen3-0.6b.json)\n"
+     "  --prompt P           prompt tokens before decoding (default 128)\n"
+     "  --new N[,N...]       new tokens per decode run (default 64)\n"
+     "  --batch B            sequences decoded together (default 1)\n"
+     "  --prefill P          tokens of the prefill measurement, 0 to skip (default 512)\n"
+     "  --help, -h           this page\n"},
     {"bench", "sgemm", "bench sgemm [--n N]", "measured fp32 sgemm peak (best of 10), one JSON line",
      "  --n N           matrix size (default 2048)\n"
      "  --help, -h      this page\n"},
