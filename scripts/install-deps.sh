@@ -8,11 +8,13 @@
 # (ip netns, tc tbf) and iperf3 (the single-TCP-stream reference).
 # Outputs: cairo + the DejaVu fonts (training_loss.png, drawn as LLaMA-Factory's matplotlib plot). Tests:
 # protobuf-compiler + python3-protobuf (the independent reader of TensorBoard event files, tests/tools/tb_read.py).
+# Images (vision-language data): libjpeg-turbo, libpng, libwebp (the decoders Debian's PIL uses); python3-pil, the
+# reference the image tests compare against.
 set -e
 PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libopenblas0-openmp libomp-dev \
 libyaml-dev libcjson-dev libpcre2-dev libutf8proc-dev clang libclang-rt-dev python3 python3-torch libjemalloc2 \
 openmpi-bin libopenmpi-dev libhwloc-dev iproute2 iperf3 libcairo2-dev fonts-dejavu-core protobuf-compiler python3-protobuf \
-python3-matplotlib"
+python3-matplotlib libjpeg62-turbo-dev libpng-dev libwebp-dev python3-pil"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
