@@ -39,6 +39,8 @@ typedef struct {
 
 /* Decodes bytes[0..n) (format from the content, not the name). name: for messages. 0, or -1 + tn_err. */
 int tn_image_decode(const uint8_t *bytes, size_t n, const char *name, tn_image *out);
+/* The same with another pixel limit (the header's size is checked against it before pixels are allocated). */
+int tn_image_decode_max(const uint8_t *bytes, size_t n, const char *name, int64_t max_pixels, tn_image *out);
 /* Reads and decodes a file. */
 int tn_image_load(const char *path, tn_image *out);
 void tn_image_free(tn_image *im);

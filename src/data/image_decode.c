@@ -35,11 +35,11 @@ void tn_image_free(tn_image *im) {
 }
 
 /* PIL refuses images over its bomb limit; checking first keeps a hostile header from allocating. */
-static int check_size(const char *name, const char *fmt, int64_t w, int64_t h) {
+static int check_size(const char *name, const char *fmt, int64_t w, int64_t h, int64_t max_pixels) {
     if (w <= 0 || h <= 0) return tn_err("%s: %s image has size %lld x %lld (expected at least 1 x 1)", name, fmt, (long long)w, (long long)h);
-    if (w * h > TN_IMAGE_MAX_PIXELS)
-        return tn_err("%s: %s image of %lld x %lld pixels is over PIL's limit of %lld pixels (a decompression bomb)",
-                      name, fmt, (long long)w, (long long)h, TN_IMAGE_MAX_PIXELS);
+    if (w * h > max_pixels)
+        return tn_err("%s: %s image of %lld x %lld pixels is over %s limit of %lld pixels (a decompression bomb)", name, fmt,
+                      (long long)w, (long long)h, max_pixels == TN_IMAGE_MAX_PIXELS ? "PIL's" : "the", (long long)max_pixels);
     return 0;
 }
 
@@ -108,7 +108,7 @@ static void png_to_mode(const uint8_t *raw, size_t rowbytes, int w, int h, int d
     }
 }
 
-static int decode_png(const uint8_t *bytes, size_t n, const char *name, tn_image *out) {
+static int decode_png(const uint8_t *bytes, size_t n, const char *name, int64_t max_px, tn_image *out) {
     png_src src = {bytes, n, 0, ""};
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_fail, png_quiet);
     png_infop info = png ? png_create_info_struct(png) : NULL;
@@ -131,7 +131,7 @@ static int decode_png(const uint8_t *bytes, size_t n, const char *name, tn_image
     png_uint_32 w, h;
     int depth, ctype;
     png_get_IHDR(png, info, &w, &h, &depth, &ctype, NULL, NULL, NULL);
-    if (check_size(name, "PNG", w, h) != 0) {
+    if (check_size(name, "PNG", w, h, max_px) != 0) {
         png_destroy_read_struct(&png, &info, NULL);
         return -1;
     }
@@ -191,7 +191,7 @@ static void src_skip(j_decompress_ptr c, long k) {
     c->src->bytes_in_buffer -= (size_t)k;
 }
 
-static int decode_jpeg(const uint8_t *bytes, size_t n, const char *name, tn_image *out) {
+static int decode_jpeg(const uint8_t *bytes, size_t n, const char *name, int64_t max_px, tn_image *out) {
     struct jpeg_decompress_struct c;
     jpg_err err;
     struct jpeg_source_mgr src = {bytes, n, src_init, src_fill, src_skip, jpeg_resync_to_restart, src_term};
@@ -213,7 +213,7 @@ static int decode_jpeg(const uint8_t *bytes, size_t n, const char *name, tn_imag
     int rc = 0;
     if (c.data_precision != 8) rc = tn_err("%s: cannot decode JPEG: %d-bit samples (PIL reads 8-bit JPEG only)", name, c.data_precision);
     else if (comps != 1 && comps != 3 && comps != 4) rc = tn_err("%s: cannot decode JPEG: %d components (PIL reads 1, 3 or 4)", name, comps);
-    else rc = check_size(name, "JPEG", c.image_width, c.image_height);
+    else rc = check_size(name, "JPEG", c.image_width, c.image_height, max_px);
     if (rc != 0) {
         jpeg_destroy_decompress(&c);
         return -1;
@@ -238,10 +238,10 @@ static int decode_jpeg(const uint8_t *bytes, size_t n, const char *name, tn_imag
 
 /* ---- WebP ---- */
 /* PIL decodes through WebPAnimDecoder (first frame on its canvas, RGBA); a file without alpha is RGB. */
-static int decode_webp(const uint8_t *bytes, size_t n, const char *name, tn_image *out) {
+static int decode_webp(const uint8_t *bytes, size_t n, const char *name, int64_t max_px, tn_image *out) {
     WebPBitstreamFeatures f;
     if (WebPGetFeatures(bytes, n, &f) != VP8_STATUS_OK) return tn_err("%s: cannot decode WebP: not a valid WebP bitstream", name);
-    if (check_size(name, "WebP", f.width, f.height) != 0) return -1;
+    if (check_size(name, "WebP", f.width, f.height, max_px) != 0) return -1;
     WebPData data = {bytes, n};
     WebPAnimDecoderOptions opt;
     if (!WebPAnimDecoderOptionsInit(&opt)) return tn_err("%s: cannot decode WebP: library version mismatch", name);
@@ -253,7 +253,7 @@ static int decode_webp(const uint8_t *bytes, size_t n, const char *name, tn_imag
     uint8_t *frame = NULL;
     int ts = 0, rc = 0;
     if (!WebPAnimDecoderGetInfo(dec, &info)) rc = tn_err("%s: cannot decode WebP: no image information", name);
-    else if (check_size(name, "WebP", info.canvas_width, info.canvas_height) != 0) rc = -1;
+    else if (check_size(name, "WebP", info.canvas_width, info.canvas_height, max_px) != 0) rc = -1;
     else if (!WebPAnimDecoderGetNext(dec, &frame, &ts)) rc = tn_err("%s: cannot decode WebP: invalid or truncated image data", name);
     if (rc == 0) {
         int w = (int)info.canvas_width, h = (int)info.canvas_height;
@@ -273,15 +273,19 @@ static const char *other_format(const uint8_t *b, size_t n) {
     return NULL;
 }
 
-int tn_image_decode(const uint8_t *b, size_t n, const char *name, tn_image *out) {
+int tn_image_decode_max(const uint8_t *b, size_t n, const char *name, int64_t max_px, tn_image *out) {
     memset(out, 0, sizeof *out);
     if (n == 0) return tn_err("%s: empty file (expected a JPEG, PNG or WebP image)", name);
-    if (n >= 8 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0) return decode_png(b, n, name, out);
-    if (n >= 3 && memcmp(b, "\xff\xd8\xff", 3) == 0) return decode_jpeg(b, n, name, out);
-    if (n >= 12 && memcmp(b, "RIFF", 4) == 0 && memcmp(b + 8, "WEBP", 4) == 0) return decode_webp(b, n, name, out);
+    if (n >= 8 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0) return decode_png(b, n, name, max_px, out);
+    if (n >= 3 && memcmp(b, "\xff\xd8\xff", 3) == 0) return decode_jpeg(b, n, name, max_px, out);
+    if (n >= 12 && memcmp(b, "RIFF", 4) == 0 && memcmp(b + 8, "WEBP", 4) == 0) return decode_webp(b, n, name, max_px, out);
     const char *other = other_format(b, n);
     if (other) return tn_err("%s: %s images are not supported (tandem decodes JPEG, PNG and WebP)", name, other);
     return tn_err("%s: not an image tandem can decode (expected a JPEG, PNG or WebP file)", name);
+}
+
+int tn_image_decode(const uint8_t *b, size_t n, const char *name, tn_image *out) {
+    return tn_image_decode_max(b, n, name, TN_IMAGE_MAX_PIXELS, out);
 }
 
 int tn_image_load(const char *path, tn_image *out) {

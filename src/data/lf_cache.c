@@ -181,9 +181,10 @@ static int images_valid(const cache_hdr *h, const lf_samples *s, uint64_t n_img,
     if (s->img_off[0] != 0 || (uint64_t)s->img_off[s->n] != n_img || s->pix_off[0] != 0 || (uint64_t)s->pix_off[n_img] != pix) return -1;
     for (int i = 0; i < s->n; i++)
         if (s->img_off[i + 1] < s->img_off[i]) return -1;
-    for (uint64_t k = 0; k < n_img; k++) {
+    for (uint64_t k = 0; k < n_img; k++) { /* no subtraction of offsets a damaged file may hold */
         int64_t ih = s->img_hw[2 * k], iw = s->img_hw[2 * k + 1];
-        if (ih <= 0 || iw <= 0 || ih % f || iw % f || s->pix_off[k + 1] - s->pix_off[k] != ih * iw * 3) return -1;
+        if (ih <= 0 || iw <= 0 || ih > (1 << 20) || iw > (1 << 20) || ih % f || iw % f) return -1;
+        if (s->pix_off[k] < 0 || (uint64_t)s->pix_off[k] > pix || s->pix_off[k + 1] != s->pix_off[k] + ih * iw * 3) return -1;
     }
     return 0;
 }

@@ -280,6 +280,11 @@ static void truncated_files(void) {
         tn_image im;
         CHECKF(tn_image_decode(b, n, files[k], &im) == 0, "%s: %s", files[k], tn_errmsg());
         tn_image_free(&im);
+        /* 50 x 40 = 2000 pixels over a limit of 1999: refused from the header */
+        CHECKF(tn_image_decode_max(b, n, files[k], 1999, &im) != 0 && strstr(tn_errmsg(), "50 x 40 pixels is over the limit"),
+               "%s with a 1999-pixel limit: %s", files[k], tn_errmsg());
+        CHECKF(tn_image_decode_max(b, n, files[k], 2000, &im) == 0, "%s with a 2000-pixel limit: %s", files[k], tn_errmsg());
+        tn_image_free(&im);
         /* PIL reads a PNG whose IEND is cut (2 bytes) and stops with "truncated" on the others; tandem too */
         size_t cuts[] = {2, n / 3, n - 20};
         for (int c = 0; c < 3; c++) {
