@@ -80,29 +80,41 @@ static uint8_t clip8(int64_t acc) {
     return v > 255 ? 255 : (uint8_t)v;
 }
 
-/* One axis of an 8-bit resample. The input is `lines` lines of `len` pixels of nch bytes; along the axis,
- * consecutive samples are `stride` pixels apart (1: horizontal, len: vertical). Output: same layout with the
- * resampled axis of length out_n. Line l of the input starts at pixel line0 + l (horizontal) or column l. */
-static void pass8(const uint8_t *in, int in_w, int nch, const taps *t, const int32_t *q, int horizontal, int row0, int rows,
-                  int out_n, uint8_t *out) {
-    int out_w = horizontal ? out_n : in_w;
-    for (int y = 0; y < (horizontal ? rows : out_n); y++) {
-        for (int x = 0; x < (horizontal ? out_n : in_w); x++) {
-            int i = horizontal ? x : y, lo = t->bounds[2 * i], cnt = t->bounds[2 * i + 1];
-            const int32_t *k = q + (size_t)i * t->ksize;
-            for (int c = 0; c < nch; c++) {
-                int64_t acc = 1 << (PREC_BITS - 1);
-                if (horizontal) {
-                    const uint8_t *s = in + ((size_t)(y + row0) * in_w + lo) * nch + c;
-                    for (int j = 0; j < cnt; j++) acc += (int64_t)s[(size_t)j * nch] * k[j];
-                } else {
-                    const uint8_t *s = in + ((size_t)lo * in_w + x) * nch + c;
-                    for (int j = 0; j < cnt; j++) acc += (int64_t)s[(size_t)j * in_w * nch] * k[j];
-                }
-                out[((size_t)y * out_w + x) * nch + c] = clip8(acc);
-            }
+/* The horizontal pass of an 8-bit resample: `rows` rows of the input from row0, each resampled to out_w pixels
+ * of nch channels. Integer sums: the order of accumulation does not change them. */
+static void hpass8(const uint8_t *in, int in_w, int nch, const taps *t, const int32_t *q, int row0, int rows, int out_w,
+                   uint8_t *out) {
+    for (int y = 0; y < rows; y++) {
+        const uint8_t *src = in + (size_t)(y + row0) * in_w * nch;
+        uint8_t *dst = out + (size_t)y * out_w * nch;
+        for (int x = 0; x < out_w; x++) {
+            int lo = t->bounds[2 * x], cnt = t->bounds[2 * x + 1];
+            const int32_t *k = q + (size_t)x * t->ksize;
+            const uint8_t *s = src + (size_t)lo * nch;
+            int64_t acc[4] = {1 << (PREC_BITS - 1), 1 << (PREC_BITS - 1), 1 << (PREC_BITS - 1), 1 << (PREC_BITS - 1)};
+            for (int j = 0; j < cnt; j++)
+                for (int c = 0; c < nch; c++) acc[c] += (int64_t)s[(size_t)j * nch + c] * k[j];
+            for (int c = 0; c < nch; c++) dst[(size_t)x * nch + c] = clip8(acc[c]);
         }
     }
+}
+
+/* The vertical pass: out_h rows of w pixels, each a tap-weighted sum of input rows, accumulated row by row
+ * (contiguous reads) in acc, which holds w * nch sums. */
+static void vpass8(const uint8_t *in, int w, int nch, const taps *t, const int32_t *q, int out_h, uint8_t *out) {
+    size_t row = (size_t)w * nch;
+    int64_t *acc = tn_xmalloc(row * sizeof *acc);
+    for (int y = 0; y < out_h; y++) {
+        int lo = t->bounds[2 * y], cnt = t->bounds[2 * y + 1];
+        const int32_t *k = q + (size_t)y * t->ksize;
+        for (size_t i = 0; i < row; i++) acc[i] = 1 << (PREC_BITS - 1);
+        for (int j = 0; j < cnt; j++) {
+            const uint8_t *s = in + (size_t)(lo + j) * row;
+            for (size_t i = 0; i < row; i++) acc[i] += (int64_t)s[i] * k[j];
+        }
+        for (size_t i = 0; i < row; i++) out[(size_t)y * row + i] = clip8(acc[i]);
+    }
+    free(acc);
 }
 
 static int32_t round_half_out(double s) { return (int32_t)(s >= 0.0 ? s + 0.5 : s - 0.5); }
@@ -144,7 +156,7 @@ static void bicubic_resample(const tn_image *in, int ow, int oh, tn_image *out) 
         } else {
             int32_t *q = taps_fixed(&th, ow);
             tmp = tn_xmalloc(n * nch);
-            pass8(in->px, in->w, nch, &th, q, 1, first, last - first, ow, tmp);
+            hpass8(in->px, in->w, nch, &th, q, first, last - first, ow, tmp);
             free(q);
         }
         src = tmp, isrc = itmp;
@@ -154,7 +166,7 @@ static void bicubic_resample(const tn_image *in, int ow, int oh, tn_image *out) 
         pass32(isrc, ow, &tv, 0, 0, 0, oh, out->ipx);
     } else if (need_v) {
         int32_t *q = taps_fixed(&tv, oh);
-        pass8(src, ow, nch, &tv, q, 0, 0, 0, oh, out->px);
+        vpass8(src, ow, nch, &tv, q, oh, out->px);
         free(q);
     } else if (wide) {
         memcpy(out->ipx, isrc, n_out * sizeof *out->ipx);
