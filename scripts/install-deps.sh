@@ -11,11 +11,13 @@
 # `tandem api`: libmicrohttpd; its tests: nodejs + npm and the official OpenAI client (npm package openai) in
 # tests/node_modules (ignored by git); predict's metrics are checked against python3-nltk's sentence_bleu, and
 # python3-jieba measures how far tandem's word segmentation is from jieba's.
+# Images (vision-language data): libjpeg-turbo, libpng, libwebp (the decoders Debian's PIL uses); python3-pil, the
+# reference the image tests compare against.
 set -e
 PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libopenblas0-openmp libomp-dev \
 libyaml-dev libcjson-dev libpcre2-dev libutf8proc-dev clang libclang-rt-dev python3 python3-torch libjemalloc2 \
 openmpi-bin libopenmpi-dev libhwloc-dev iproute2 iperf3 libcairo2-dev fonts-dejavu-core protobuf-compiler python3-protobuf \
-python3-matplotlib libmicrohttpd-dev python3-nltk python3-jieba"
+python3-matplotlib libjpeg62-turbo-dev libpng-dev libwebp-dev python3-pil libmicrohttpd-dev python3-nltk python3-jieba"
 missing=""
 # The official OpenAI client for tests/cli/test_api.sh, into tests/node_modules (outside git), once.
 openai_client() {

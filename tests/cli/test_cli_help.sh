@@ -63,7 +63,15 @@ check 'echo "$v1" | grep -Eq "^tandem [0-9]+\.[0-9]+\.[0-9]+ \(build [0-9a-f]{16
 waits_of() { # waits_of ENV... : the OpenMP variables a running tandem was exec'd with
   env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$@" OMP_NUM_THREADS=1 "$BIN" bench train --steps 1000 --warmup 0 >/dev/null 2>&1 &
   pid=$!
-  sleep 2
+  # Wait until env has exec'd tandem and tandem has had time to re-exec itself (a fixed 2 s read env's own
+  # environment on a loaded machine): first the binary, then a settled environment.
+  bin=$(readlink -f "$BIN") n=0
+  while [ "$(readlink -f /proc/$pid/exe 2>/dev/null)" != "$bin" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
+  n=0
+  while ! grep -qzE "^(OMP_WAIT_POLICY|GOMP_SPINCOUNT)=" /proc/$pid/environ 2>/dev/null && [ $n -lt 100 ]; do
+    sleep 0.1; n=$((n + 1))
+  done
+  sleep 1
   tr '\0' '\n' </proc/$pid/environ | grep -E "^(OMP_WAIT_POLICY|GOMP_SPINCOUNT)=" | sort | tr '\n' ' '
   kill $pid 2>/dev/null
   wait $pid 2>/dev/null
