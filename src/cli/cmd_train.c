@@ -75,7 +75,31 @@ static int load_config(int argc, char **argv, int world, tn_train_config *cfg) {
     return rc;
 }
 
+int tn_cli_dashboard_flag(int *argc, char ***argv) {
+    char **in = *argv, **out = tn_xcalloc((size_t)*argc + 1, sizeof *out);
+    int n = 0;
+    for (int i = 0; i < *argc; i++) {
+        if (strcmp(in[i], "--dashboard") != 0) {
+            out[n++] = in[i];
+            continue;
+        }
+        if (i + 1 >= *argc || in[i + 1][0] == '-' || strchr(in[i + 1], '=')) {
+            free(out);
+            return tn_err("--dashboard needs where to listen: [HOST:]PORT (0: a free port), or the key dashboard=true");
+        }
+        size_t len = strlen(in[++i]) + sizeof "dashboard=";
+        out[n] = tn_xmalloc(len); /* lives as long as the process: the config keeps pointing at argv */
+        snprintf(out[n++], len, "dashboard=%s", in[i]);
+    }
+    *argc = n, *argv = out;
+    return 0;
+}
+
 int tn_cmd_train(int argc, char **argv) {
+    if (tn_cli_dashboard_flag(&argc, &argv) != 0) {
+        fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
+        return 1;
+    }
     if (argc < 1) {
         fprintf(stderr, "tandem: error: train needs a config file: tandem train CONFIG.yaml [key=value ...]\n");
         return 1;

@@ -48,6 +48,9 @@ const char *tn_http_path(const tn_http_req *r) { return r->url; }
 const char *tn_http_header(const tn_http_req *r, const char *name) {
     return MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, name);
 }
+const char *tn_http_query(const tn_http_req *r, const char *name) {
+    return MHD_lookup_connection_value(r->c, MHD_GET_ARGUMENT_KIND, name);
+}
 const char *tn_http_body(const tn_http_req *r, size_t *n) {
     *n = r->n;
     return r->body ? r->body : "";
