@@ -548,7 +548,8 @@ static int set_dashboard(tn_train_config *c, const key_def *k, const char *v, ch
         size_t n = (size_t)(colon - s);
         const char *h = s;
         if (n >= 2 && s[0] == '[' && s[n - 1] == ']') h++, n -= 2; /* [::1]:8080 */
-        if (n == 0 || n >= sizeof host) return expects(k, v, msg);
+        if (n == 0 || n >= sizeof host || strspn(h, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:%") < n)
+            return expects(k, v, msg); /* a name or an address, nothing else */
         memcpy(host, h, n);
         host[n] = 0;
     }

@@ -5,8 +5,10 @@
  *   job         the job's shape when training starts (step: the step it starts from): ranks, machines, each
  *               rank's host, threads and device, ZeRO stage and formula, the strategy's bytes per step, the
  *               link capacity `tandem bench allreduce` measured, each machine's `tandem topo` report
- *   step        one optimizer step: "time" (seconds since training started), "ranks": per rank [data, compute,
- *               wait, optimizer] seconds and its samples, or null when its note did not arrive; now and then
+ *   step        one optimizer step (every step up to 16 ranks; beyond, every ceil(ranks / 16)th, so that the
+ *               log grows by about 16 ranks' worth a step): "time" (seconds since training started), "ranks":
+ *               per rank [data, compute, wait, optimizer] seconds and its samples, or null when its note did
+ *               not arrive; now and then
  *               "memory" (per rank [parameters, gradients, optimizer state, resident] bytes or null) and
  *               "links" (per machine [bytes/s in, bytes/s out] or null)
  *   log         a logging step: "time", "grad_norm", "tokens_per_s" (trainer_log.jsonl has the loss and lr)

@@ -43,6 +43,7 @@ struct tn_store {
     uint64_t first;        /* the oldest event still in the ring */
     size_t bytes;          /* of the events in the ring */
     uint64_t behind;
+    tn_strbuf batch;       /* the changes since the last commit, as ops */
     int stop;
     char *snap;            /* the snapshot of state `snap_seq` */
     size_t snap_n;
@@ -79,6 +80,7 @@ void tn_store_free(tn_store *s) {
     free(s->runs);
     for (uint64_t q = s->first; q < s->next; q++) free(s->ring[q % STORE_EVENTS].text);
     free(s->snap);
+    tn_sb_free(&s->batch);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -96,14 +98,22 @@ static part *find(tn_store *s, int run, const char *name, int is_list) {
     return p;
 }
 
-/* Under mu: one event into the ring, dropping the oldest past the ring's bounds. */
-static void push_event(tn_store *s, int run, const char *part_name, const char *op, const char *data, size_t data_n) {
+/* Under mu: one change into the batch that the next commit makes an event of. */
+static void add_op(tn_store *s, int run, const char *part_name, const char *op, const char *data, size_t data_n) {
+    tn_sb_printf(&s->batch, "%s{\"run\": %d, \"part\": \"%s\", \"op\": \"%s\", \"data\": ", s->batch.n ? ", " : "", run,
+                 part_name, op);
+    tn_sb_putn(&s->batch, data, data_n);
+    tn_sb_puts(&s->batch, "}");
+}
+
+/* Under mu: the batch as one event into the ring, dropping the oldest past the ring's bounds. */
+static void push_event(tn_store *s) {
     tn_strbuf b = {0};
     uint64_t seq = s->next;
-    tn_sb_printf(&b, "id: %llu\ndata: {\"seq\": %llu, \"run\": %d, \"part\": \"%s\", \"op\": \"%s\", \"data\": ",
-                 (unsigned long long)seq, (unsigned long long)seq, run, part_name, op);
-    tn_sb_putn(&b, data, data_n);
-    tn_sb_puts(&b, "}\n\n");
+    tn_sb_printf(&b, "id: %llu\ndata: {\"seq\": %llu, \"ops\": [", (unsigned long long)seq, (unsigned long long)seq);
+    tn_sb_putn(&b, s->batch.s, s->batch.n);
+    tn_sb_puts(&b, "]}\n\n");
+    s->batch.n = 0;
     while (s->next - s->first >= STORE_EVENTS || (s->next > s->first && s->bytes + b.n > STORE_EVENT_BYTES)) {
         event *old = &s->ring[s->first % STORE_EVENTS];
         s->bytes -= old->n;
@@ -123,7 +133,7 @@ void tn_store_set(tn_store *s, int run, const char *part_name, const char *json)
     part *p = find(s, run, part_name, 0);
     free(p->value);
     p->value = tn_xstrdup(json);
-    push_event(s, run, part_name, "set", json, strlen(json));
+    add_op(s, run, part_name, "set", json, strlen(json));
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -148,7 +158,7 @@ void tn_store_append(tn_store *s, int run, const char *part_name, const char *co
         p->items[(p->head + p->n) % p->cap] = tn_xstrdup(items[i]);
         p->n++;
     }
-    push_event(s, run, part_name, "append", data.s, data.n);
+    add_op(s, run, part_name, "append", data.s, data.n);
     pthread_mutex_unlock(&s->mu);
     tn_sb_free(&data);
 }
@@ -160,18 +170,22 @@ void tn_store_reset(tn_store *s, int run) {
     for (int i = 0; i < rs->n; i++) clear_part(&rs->parts[i]);
     free(rs->parts);
     rs->parts = NULL, rs->n = 0;
-    push_event(s, run, "*", "reset", "null", 4);
+    add_op(s, run, "*", "reset", "null", 4);
     pthread_mutex_unlock(&s->mu);
 }
 
 void tn_store_commit(tn_store *s) {
     pthread_mutex_lock(&s->mu);
-    pthread_cond_broadcast(&s->cv);
+    if (s->batch.n) {
+        push_event(s);
+        pthread_cond_broadcast(&s->cv);
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
 void tn_store_stop(tn_store *s) {
     pthread_mutex_lock(&s->mu);
+    if (s->batch.n) push_event(s);
     s->stop = 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -207,6 +221,10 @@ static void build_snapshot(tn_store *s) {
 
 char *tn_store_snapshot(tn_store *s, uint64_t *seq, size_t *n) {
     pthread_mutex_lock(&s->mu);
+    if (s->batch.n) { /* the state includes them: so must the events before the snapshot's number */
+        push_event(s);
+        pthread_cond_broadcast(&s->cv);
+    }
     if (!s->snap || s->snap_seq != s->next - 1) build_snapshot(s);
     char *copy = tn_xmalloc(s->snap_n + 1);
     memcpy(copy, s->snap, s->snap_n + 1);

@@ -2,6 +2,7 @@
 #include "serve/dash_view.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,14 @@ static double parse_elapsed(const char *t) {
 static double num(const cJSON *o, const char *key, double dflt) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNumber(x) ? x->valuedouble : dflt;
+}
+
+/* ", "key": v with v written back exactly as the file had it (the shortest digits that read back to the same
+ * double: cJSON's own printing rounds some to 15 digits); null when not finite. */
+static void put_num(tn_strbuf *b, const char *key, double v) {
+    tn_sb_printf(b, ", \"%s\": ", key);
+    if (isfinite(v)) tn_sb_py_float(b, v);
+    else tn_sb_puts(b, "null");
 }
 
 /* ---- the job's shape and the per-rank state sized by it */
@@ -249,14 +258,14 @@ static void take_ranks_line(tn_view *v, const char *line, size_t len) {
     } else if (!strcmp(k, "step")) {
         take_step(v, o, text);
     } else if (!strcmp(k, "log")) {
-        cJSON *x = cJSON_CreateObject();
-        cJSON_AddNumberToObject(x, "step", num(o, "step", 0));
-        cJSON_AddNumberToObject(x, "time", num(o, "time", 0));
+        tn_strbuf b = {0};
         double g = num(o, "grad_norm", -1);
-        if (g >= 0) cJSON_AddNumberToObject(x, "grad_norm", g);
-        else cJSON_AddNullToObject(x, "grad_norm");
-        cJSON_AddNumberToObject(x, "tokens_per_s", num(o, "tokens_per_s", 0));
-        push(&v->extras, print(x));
+        tn_sb_printf(&b, "{\"step\": %.0f", num(o, "step", 0));
+        put_num(&b, "time", num(o, "time", 0));
+        put_num(&b, "grad_norm", g >= 0 ? g : NAN); /* < 0: clipping off, no norm (HF logs none either) */
+        put_num(&b, "tokens_per_s", num(o, "tokens_per_s", 0));
+        tn_sb_puts(&b, "}");
+        push(&v->extras, b.s);
     } else if (!strcmp(k, "checkpoint")) {
         push(&v->checkpoints, tn_xstrdup(text));
     } else if (!strcmp(k, "end")) {
@@ -273,17 +282,14 @@ static void take_log_line(tn_view *v, const char *line, size_t len) {
                 *el = cJSON_GetObjectItemCaseSensitive(o, "elapsed_time");
     double step = num(o, "current_steps", -1), elapsed = cJSON_IsString(el) ? parse_elapsed(el->valuestring) : -1;
     if (step >= 0 && (cJSON_IsNumber(loss) || cJSON_IsNumber(ev))) {
-        cJSON *x = cJSON_CreateObject();
-        cJSON_AddNumberToObject(x, "step", step);
-        if (cJSON_IsNumber(loss)) {
-            cJSON_AddNumberToObject(x, "loss", loss->valuedouble);
-            cJSON_AddNumberToObject(x, "lr", num(o, "lr", 0));
-        } else {
-            cJSON_AddNumberToObject(x, "eval_loss", ev->valuedouble);
-        }
-        cJSON_AddNumberToObject(x, "epoch", num(o, "epoch", 0));
-        cJSON_AddNumberToObject(x, "elapsed", elapsed);
-        push(cJSON_IsNumber(loss) ? &v->points : &v->evals, print(x));
+        tn_strbuf b = {0};
+        tn_sb_printf(&b, "{\"step\": %.0f", step);
+        if (cJSON_IsNumber(loss)) put_num(&b, "loss", loss->valuedouble), put_num(&b, "lr", num(o, "lr", 0));
+        else put_num(&b, "eval_loss", ev->valuedouble);
+        put_num(&b, "epoch", num(o, "epoch", 0));
+        put_num(&b, "elapsed", elapsed);
+        tn_sb_puts(&b, "}");
+        push(cJSON_IsNumber(loss) ? &v->points : &v->evals, b.s);
         if (!v->total_steps) v->total_steps = (int)num(o, "total_steps", 0);
     }
     cJSON_Delete(o);
@@ -440,7 +446,7 @@ static void publish(tn_view *v) {
         set_part(v, "eta", o);
     }
     v->dirty_job = v->dirty_ranks = v->dirty_strag = v->dirty_mem = v->dirty_link = v->dirty_eta = 0;
-    if (strcmp(v->status, v->shown_status) != 0 || v->updated != v->shown_updated) {
+    if (strcmp(v->status, v->shown_status) != 0 || v->updated > v->shown_updated + 10) { /* each change, or 10 s on */
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", v->name);
         cJSON_AddStringToObject(o, "dir", v->dir);
@@ -476,8 +482,7 @@ tn_view *tn_view_new(tn_store *s, int run, const char *dir, const char *name, in
     return v;
 }
 
-int tn_view_poll(tn_view *v) {
-    uint64_t before = tn_store_seq(v->s);
+void tn_view_poll(tn_view *v) {
     struct stat a, b;
     if ((stat(v->log.path, &a) == 0 && tail_replaced(&v->log, &a)) || (stat(v->ranks.path, &b) == 0 && tail_replaced(&v->ranks, &b)))
         forget(v);
@@ -488,7 +493,6 @@ int tn_view_poll(tn_view *v) {
         snprintf(v->status, sizeof v->status, "finished");
     read_plan(v);
     publish(v);
-    return tn_store_seq(v->s) != before;
 }
 
 void tn_view_free(tn_view *v) {

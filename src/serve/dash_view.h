@@ -22,7 +22,7 @@
 
 #define STEPS_KEPT 300
 #define RANK_WINDOW 20
-#define STRAGGLER_STEPS 5
+#define STRAGGLER_STEPS 10
 #define STRAGGLER_WINDOWS 3
 #define STRAGGLER_RATIO 1.15
 
@@ -30,8 +30,8 @@ typedef struct tn_view tn_view;
 
 /* name: how the run is labelled (its folder's name). live: the run in progress that serves the page. */
 tn_view *tn_view_new(tn_store *s, int run, const char *dir, const char *name, int live);
-/* Reads what the files gained since the last call into the store (not committed). 1 when anything changed. */
-int tn_view_poll(tn_view *v);
+/* Reads what the files gained since the last call into the store (not committed). */
+void tn_view_poll(tn_view *v);
 void tn_view_free(tn_view *v);
 
 #endif

@@ -26,13 +26,16 @@
 #define TANDEM_UPLOT_DIR "deps/node_modules/uplot/dist"
 #endif
 
-#define POLL_MS 250
+#define POLL_MS 500          /* the files are read, and viewers woken, twice a second, */
+#define POLL_MS_CROWD 1000   /* once a second with more than CROWD viewers (each costs a wake-up and a write) */
+#define CROWD 8
 #define LINES_KEPT 200         /* output lines the page shows */
 #define LINE_QUEUE 256         /* lines waiting for the file thread; more are dropped */
 #define MAX_VIEWERS 128        /* connections at once */
 #define KEEPALIVE_S 15.0
 #define TOKEN_MIN 16
 #define CPU_TIDS 4096
+#define DRAIN_S 2.0            /* at the stop, how long viewers may take to receive the last events */
 
 typedef struct {
     char *data;
@@ -60,6 +63,7 @@ struct tn_dash {
     int tids[CPU_TIDS];
     double tid_cpu[CPU_TIDS];
     int n_tids;
+    atomic_int streams;        /* event streams open */
 };
 
 /* ---- the dashboard's own CPU */
@@ -172,11 +176,11 @@ static void *file_thread(void *arg) {
     while (!d->stop) {
         pthread_mutex_unlock(&d->mu);
         poll_all(d);
-        if (++rounds % 4 == 0) account_cpu(d);
+        if (++rounds % 8 == 0) account_cpu(d); /* every 4-8 s: reading each thread's stat costs too */
         pthread_mutex_lock(&d->mu);
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += POLL_MS * 1000000L;
+        until.tv_nsec += (atomic_load(&d->streams) > CROWD ? POLL_MS_CROWD : POLL_MS) * 1000000L;
         until.tv_sec += until.tv_nsec / 1000000000L, until.tv_nsec %= 1000000000L;
         if (!d->stop) pthread_cond_timedwait(&d->cv, &d->mu, &until);
     }
@@ -275,7 +279,7 @@ static ssize_t viewer_next(void *ctx, char *buf, size_t max) {
         if (!v->opened) {
             v->opened = 1, fixed = hello;
         } else {
-            int rc = tn_store_next(v->d->store, &v->seq, &v->pending, &v->n, 100);
+            int rc = tn_store_next(v->d->store, &v->seq, &v->pending, &v->n, 1000); /* then the client is checked */
             if (rc == -2) return -1;
             if (rc == -1) fixed = resync;
             if (rc == 0 && tn_now() - v->last > KEEPALIVE_S) fixed = ping;
@@ -295,6 +299,7 @@ static ssize_t viewer_next(void *ctx, char *buf, size_t max) {
 static void viewer_done(void *ctx, int gone) {
     (void)gone;
     viewer *v = ctx;
+    atomic_fetch_sub(&v->d->streams, 1);
     free(v->pending);
     free(v);
 }
@@ -329,11 +334,11 @@ static void handle(void *ctx, tn_http_req *r) {
     char cookie[400];
     snprintf(cookie, sizeof cookie, "Set-Cookie: tandem_token=%s; Path=/; HttpOnly; SameSite=Strict", d->token);
     const tn_dash_asset *a = asset(path);
-    if (a && set_cookie) { /* the page again without the token in its address */
+    if (a && set_cookie && !strcmp(a->path, "/index.html")) { /* the page again without the token in its address */
         const char *h[] = {cookie, "Location: /", "Cache-Control: no-store", NULL};
         tn_http_respond(r, 303, "text/plain", "", 0, h);
     } else if (a) {
-        respond(r, 200, a->type, (const char *)a->data, a->size, NULL);
+        respond(r, 200, a->type, (const char *)a->data, a->size, set_cookie ? cookie : NULL);
     } else if (!strcmp(path, "/uplot/uPlot.iife.min.js") || !strcmp(path, "/uplot/uPlot.min.css")) {
         int js = !strcmp(path, "/uplot/uPlot.iife.min.js");
         const blob *b = js ? &d->uplot_js : &d->uplot_css;
@@ -355,6 +360,7 @@ static void handle(void *ctx, tn_http_req *r) {
         }
         viewer *v = tn_xcalloc(1, sizeof *v);
         v->d = d, v->seq = since ? q : tn_store_seq(d->store), v->last = tn_now();
+        atomic_fetch_add(&d->streams, 1);
         tn_http_stream(r, viewer_next, viewer_done, v);
     } else {
         refuse(r, 404, "not_found_error", "no such page: the dashboard serves /, /app.js, /app.css, /uplot/..., "
@@ -455,6 +461,9 @@ void tn_dash_stop(tn_dash *d) {
     if (d->thread_started) pthread_join(d->thread, NULL);
     if (d->http) poll_all(d); /* what was written last */
     tn_store_stop(d->store);
+    /* the viewers send what is left, then their streams end; one that does not read is not waited for long */
+    for (double t0 = tn_now(); atomic_load(&d->streams) > 0 && tn_now() - t0 < DRAIN_S;)
+        nanosleep(&(struct timespec){0, 20000000L}, NULL);
     tn_http_stop(d->http);
     for (int i = 0; i < d->n_views; i++) tn_view_free(d->views[i]);
     for (int i = 0; i < d->n_lines; i++) free(d->lines[i]);

@@ -25,6 +25,7 @@
 #define LINK_EVERY_S 0.5
 #define TOPO_MAX 3072     /* bytes of one machine's `tandem topo` report */
 #define TOPO_TIMEOUT_S 10.0
+#define RANKS_PER_LINE 16 /* a step line for every step up to this many ranks; beyond, for every ceil(ranks/16)th */
 
 /* One rank's step, as it travels to rank 0 (a few bytes: floats are plenty for seconds and byte counts). */
 typedef struct {
@@ -56,6 +57,7 @@ struct tn_monitor {
     double t0, cost, worst_cost, last_mem, last_link;
     double link_rx, link_tx; /* the previous counter reading */
     int have_link;
+    int every;            /* steps between two step lines (and notes) */
     tn_rank_log *log;     /* rank 0 */
     pending ring[RING];
     int newest;           /* rank 0's newest step */
@@ -256,6 +258,7 @@ tn_monitor *tn_monitor_start(const tn_trainer *t, tn_comm *comm, int topology) {
     m->t = t, m->comm = comm, m->t0 = tn_now();
     m->rank = in->rank, m->world = in->size, m->n_nodes = in->n_nodes, m->first_of_machine = in->local_rank == 0;
     m->last_mem = -1e9, m->last_link = -1e9;
+    m->every = (m->world + RANKS_PER_LINE - 1) / RANKS_PER_LINE; /* the log grows by about 16 ranks' worth a step */
     rank_shape mine = {.node = in->node, .local_rank = in->local_rank, .threads = t->model->be->num_threads()};
     snprintf(mine.host, sizeof mine.host, "%s", in->host);
     snprintf(mine.device, sizeof mine.device, "%s", t->model->be->describe());
@@ -297,7 +300,7 @@ void tn_monitor_clock(tn_monitor *m, double t0) {
 /* ---- rank 0: the step lines */
 
 static void put_times(tn_strbuf *b, const note *n) {
-    tn_sb_printf(b, "[%.6g,%.6g,%.6g,%.6g,%d]", n->times[0], n->times[1], n->times[2], n->times[3], n->samples);
+    tn_sb_printf(b, "[%.4g,%.4g,%.4g,%.4g,%d]", n->times[0], n->times[1], n->times[2], n->times[3], n->samples);
 }
 
 static void write_line(tn_monitor *m, const char *line) {
@@ -354,7 +357,7 @@ static void flush(tn_monitor *m, pending *p) {
 static void take(tn_monitor *m, int from, const note *n, double now) {
     if (from < 0 || from >= m->world || n->step <= 0) return;
     if (from != 0 && n->cost > m->worst_cost) m->worst_cost = n->cost;
-    pending *p = &m->ring[n->step % RING];
+    pending *p = &m->ring[(n->step / m->every) % RING];
     if (p->step != n->step) {
         if (p->step > n->step) return; /* a note so late that its slot has moved on */
         flush(m, p);
@@ -375,13 +378,13 @@ static void collect(tn_monitor *m, const note *own, double now) {
         if ((size_t)k == sizeof n) take(m, from, &n, now);
     m->newest = own->step;
     for (int i = 0; i < RING; i++)
-        if (m->ring[i].step >= 0 && m->ring[i].step <= m->newest - SLACK) flush(m, &m->ring[i]);
+        if (m->ring[i].step >= 0 && m->ring[i].step <= m->newest - SLACK * m->every) flush(m, &m->ring[i]);
 }
 
 /* ---- per step */
 
 void tn_monitor_step(tn_monitor *m, const tn_step_stats *st) {
-    if (!m) return;
+    if (!m || m->t->step % m->every != 0) return;
     double now = tn_now();
     note n = {.step = m->t->step, .samples = (int32_t)st->samples,
               .times = {(float)st->times.data, (float)st->times.compute, (float)st->times.wait, (float)st->times.optimizer},
@@ -424,8 +427,11 @@ void tn_monitor_end(tn_monitor *m, int failed) {
     int from, k;
     while ((k = tn_comm_note_recv(m->comm, &n, sizeof n, &from)) > 0) /* the last steps' notes */
         if ((size_t)k == sizeof n) take(m, from, &n, tn_now());
-    for (int s = m->newest - RING + 1; s <= m->newest; s++)
-        if (s > 0 && m->ring[s % RING].step == s) flush(m, &m->ring[s % RING]);
+    for (int k = 0; k < RING; k++) { /* oldest first */
+        int s = (m->newest / m->every - RING + 1 + k) * m->every;
+        pending *p = &m->ring[(s / m->every % RING + RING) % RING];
+        if (s > 0 && p->step == s) flush(m, p);
+    }
     char line[160];
     snprintf(line, sizeof line, "{\"kind\": \"end\", \"step\": %d, \"time\": %.6g, \"status\": \"%s\"}", m->t->step,
              tn_now() - m->t0, failed ? "failed" : "finished");

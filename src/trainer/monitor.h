@@ -21,7 +21,8 @@ typedef struct tn_monitor tn_monitor;
 tn_monitor *tn_monitor_start(const tn_trainer *t, tn_comm *comm, int topology);
 /* When training started (tn_now()): the lines' "time" counts from it. */
 void tn_monitor_clock(tn_monitor *m, double t0);
-/* Every rank, after each tn_trainer_step that returned 0 or -1 (st from it). Never waits for another rank. */
+/* Every rank, after each tn_trainer_step that returned 0 or -1 (st from it); steps between two step lines (more
+ * than 16 ranks) cost nothing. Never waits for another rank. */
 void tn_monitor_step(tn_monitor *m, const tn_step_stats *st);
 /* Rank 0: a logging step's numbers that trainer_log.jsonl has no key for; a checkpoint written; the end. */
 void tn_monitor_log(tn_monitor *m, int step, double grad_norm, double tokens_per_s);

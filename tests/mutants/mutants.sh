@@ -1,6 +1,6 @@
 #!/bin/sh
-# mutants.sh -- shows that the parity test can fail: plants one known bug at a time in a copy of the source,
-# rebuilds the parity test there and requires it to fail. The product code is never touched: each mutant is a
+# mutants.sh -- shows that the parity test (and the dashboard's unit test) can fail: plants one known bug at a time
+# in a copy of the source, rebuilds the test there and requires it to fail. The product code is never touched: each mutant is a
 # literal text replacement in the copy (the script fails if the text is no longer found, so a refactor cannot
 # silently turn a mutant into a no-op).
 # Usage: tests/mutants/mutants.sh [SOURCE_DIR]   (default: the checkout this script is in)
@@ -10,37 +10,41 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/tandem-mutants.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT INT TERM
 mkdir -p "$WORK/src"
 # only what building the parity test needs
-(cd "$SRC" && tar cf - CMakeLists.txt src tests) | (cd "$WORK/src" && tar xf -)
+(cd "$SRC" && tar cf - --exclude=node_modules CMakeLists.txt cmake src tests) | (cd "$WORK/src" && tar xf -)
 cmake -S "$WORK/src" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=OFF >"$WORK/cmake.log" 2>&1 ||
   { cat "$WORK/cmake.log"; echo "mutants: cmake failed"; exit 1; }
 
-build_and_run() { # -> exit status of the parity test; its output in $WORK/run.log
-  cmake --build "$WORK/build" -j "$(nproc)" --target test_parity_fixtures >"$WORK/build.log" 2>&1 ||
+build_and_run() { # [TEST] -> exit status of the test (default the parity test); its output in $WORK/run.log
+  target=${1:-test_parity_fixtures}
+  cmake --build "$WORK/build" -j "$(nproc)" --target "$target" >"$WORK/build.log" 2>&1 ||
     { tail -20 "$WORK/build.log"; echo "mutants: build failed"; exit 1; }
   set +e
-  TANDEM_TESTS_DIR="$WORK/src/tests" OMP_NUM_THREADS=2 "$WORK/build/tests/test_parity_fixtures" >"$WORK/run.log" 2>&1
+  TANDEM_TESTS_DIR="$WORK/src/tests" OMP_NUM_THREADS=2 "$WORK/build/tests/$target" >"$WORK/run.log" 2>&1
   rc=$?
   set -e
   return $rc
 }
 
 passed=0 failed=0
-if build_and_run; then
-  echo "ok   unmutated source passes the parity test"
-else
-  tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails the parity test"; exit 1
-fi
+for t in test_parity_fixtures test_unit_dashboard; do
+  if build_and_run $t; then
+    echo "ok   unmutated source passes $t"
+  else
+    tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1
+  fi
+done
 
-# mutant NAME FILE OLD NEW: replace the literal OLD by NEW in FILE (relative to src/), expect the test to fail
+# mutant NAME FILE OLD NEW [TEST]: replace the literal OLD by NEW in FILE (relative to src/), expect TEST (default
+# the parity test) to fail
 mutant() {
-  name=$1 file="$WORK/src/src/$2" old=$3 new=$4
+  name=$1 file="$WORK/src/src/$2" old=$3 new=$4 test=${5:-test_parity_fixtures}
   cp "$file" "$WORK/orig"
   OLD="$old" NEW="$new" perl -0pi -e 's/\Q$ENV{OLD}\E/$ENV{NEW}/g' "$file"
   if cmp -s "$file" "$WORK/orig"; then
     echo "FAIL $name: text not found in src/$2: $old"; failed=$((failed + 1)); return
   fi
-  if build_and_run; then
-    echo "FAIL $name: the parity test still passes"; failed=$((failed + 1))
+  if build_and_run "$test"; then
+    echo "FAIL $name: $test still passes"; failed=$((failed + 1))
   else
     first=$(grep -m1 'check failed' "$WORK/run.log" | sed 's/.*check failed: //' | cut -c1-150)
     n=$(grep -c "check failed" "$WORK/run.log" || true)
@@ -71,6 +75,16 @@ mutant lora-scale-alpha-not-alpha-over-r model/model.c \
 mutant qwen3-k-heads-normed-with-q-norm model/model_forward.c \
   's->qk_raw + HD, HD + KVD, w->kn, T,' \
   's->qk_raw + HD, HD + KVD, w->qn, T,'
+
+# the dashboard (tests/unit/test_unit_dashboard.c)
+mutant dashboard-straggler-by-step-not-per-sample serve/dash_view.c \
+  'per[r] = s > 0 ? c / s : c;' 'per[r] = s > 0 ? c : c;' test_unit_dashboard
+mutant dashboard-straggler-after-two-windows serve/dash_view.h \
+  '#define STRAGGLER_WINDOWS 3' '#define STRAGGLER_WINDOWS 2' test_unit_dashboard
+mutant dashboard-points-printed-by-cjson serve/dash_view.c \
+  'if (isfinite(v)) tn_sb_py_float(b, v);' 'if (isfinite(v)) tn_sb_printf(b, "%.15g", v);' test_unit_dashboard
+mutant dashboard-event-ring-without-byte-bound serve/dash_store.c \
+  's->bytes + b.n > STORE_EVENT_BYTES' 's->bytes + b.n > 4 * STORE_EVENT_BYTES' test_unit_dashboard
 
 echo "mutants: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

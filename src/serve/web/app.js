@@ -71,17 +71,19 @@ function listen(seq) {
   };
 }
 
-function apply(ev) {
+function apply(ev) { /* one event: the changes of one commit, in order */
   const runs = T.state.runs;
-  while (runs.length <= ev.run) runs.push({});
-  const r = runs[ev.run];
-  if (ev.op === 'reset') runs[ev.run] = {};
-  else if (ev.op === 'set') r[ev.part] = ev.data;
-  else if (ev.op === 'append') {
-    const list = r[ev.part] || (r[ev.part] = []);
-    for (const x of ev.data) list.push(x);
-    const cap = CAPS[ev.part];
-    if (cap && list.length > cap) list.splice(0, list.length - cap);
+  for (const op of ev.ops) {
+    while (runs.length <= op.run) runs.push({});
+    const r = runs[op.run];
+    if (op.op === 'reset') runs[op.run] = {};
+    else if (op.op === 'set') r[op.part] = op.data;
+    else if (op.op === 'append') {
+      const list = r[op.part] || (r[op.part] = []);
+      for (const x of op.data) list.push(x);
+      const cap = CAPS[op.part];
+      if (cap && list.length > cap) list.splice(0, list.length - cap);
+    }
   }
   T.state.seq = ev.seq;
   schedule();
@@ -141,6 +143,10 @@ function align(series) {
 }
 
 function axisTime(u, vals) { return vals.map(v => v === null ? '' : dur(v)); }
+/* y ticks: exponent form for the small numbers a learning rate is */
+function axisValue(u, vals) {
+  return vals.map(v => v === null ? '' : v !== 0 && Math.abs(v) < 1e-3 ? v.toExponential(1) : Number(v.toPrecision(6)).toString());
+}
 
 function drawChart(name) {
   const box = document.querySelector('#chart-' + name + ' .plot');
@@ -163,7 +169,7 @@ function drawChart(name) {
     const opts = {
       width, height: 220, legend: {live: true},
       scales: {x: {time: false}, y: {auto: true}},
-      axes: [{values: T.xmode === 'time' ? axisTime : undefined}, {size: 60}],
+      axes: [{values: T.xmode === 'time' ? axisTime : undefined}, {size: 64, values: axisValue}],
       cursor: {drag: {x: true, y: false}},
       series: [{label: T.xmode === 'time' ? 'time' : 'step', value: (u, v) => v === null ? '–' : T.xmode === 'time' ? dur(v) : v}]
         .concat(series.map(s => ({label: s.label, stroke: s.color, width: 1.5, dash: s.dash ? [6, 4] : undefined,
