@@ -29,14 +29,15 @@ sed "s|model_config: demo/config.json|model_config: $EX/demo/config.json|" "$EX/
 printf '10.77.0.1 slots=1\n10.77.0.2 slots=1\n' >"$T/hostfile"
 # run NAME: 2 ranks, one on each machine, with the dashboard
 run() {
+  name=$1
   timeout 400 "$KIT/netns.sh" exec 0 env OMP_NUM_THREADS=1 OMPI_MCA_plm_rsh_agent="$KIT/rsh-agent.sh" \
     OMPI_MCA_btl=tcp,self,vader OMPI_MCA_btl_tcp_if_include=10.77.0.0/24 OMPI_MCA_oob_tcp_if_include=10.77.0.0/24 \
     TANDEM_NETNS="$TANDEM_NETNS" TANDEM_BENCH_LOG="$TANDEM_BENCH_LOG" \
     "$BIN" launch --hostfile "$T/hostfile" "$T/demo.yaml" max_steps="$2" logging_steps=10 output_dir="$T/$1" \
     dashboard=true >"$T/$1.log" 2>&1
   rc=$?
-  check '[ $rc -eq 0 ] && grep -q "on 2 machine(s)" "$T/$1.log" && grep -q "tandem: dashboard of this run at http://127.0.0.1:" "$T/$1.log"'
-  [ $rc -eq 0 ] || tail -n 20 "$T/$1.log"
+  check '[ $rc -eq 0 ] && grep -q "on 2 machine(s)" "$T/$name.log" && grep -q "tandem: dashboard of this run at http://127.0.0.1:" "$T/$name.log"'
+  [ $rc -eq 0 ] || tail -n 20 "$T/$name.log"
 }
 job() { grep '"kind":"job"' "$T/$1/tandem_ranks.jsonl" | tail -n 1; }
 

@@ -293,7 +293,7 @@ function memory(r) {
       el('td', {class: 'num'}, bytes(f.bytes)), el('td', {class: 'num'}, x && f.bytes ? fmt(model / f.bytes, 3) : '–'),
       el('td', {class: 'num'}, x ? bytes(x[3]) : '–'));
   });
-  fill('memory', table(['rank', 'parameters', 'gradients', 'optimizer', 'model state', 'ZeRO formula', 'ratio', 'resident'], rows),
+  fill('memory', table(['rank', 'params', 'grads', 'AdamW', 'state', 'formula', 'ratio', 'resident'], rows),
        el('p', {class: 'muted'}, `Model state: the trainable parameters, gradients and AdamW moments this rank holds (page ` +
           `residency), against ZeRO stage ${job.zero_stage}'s ${f.text} with P = ${job.trainable} trainable parameters ` +
           `and N = ${job.world} ranks (4 + 4 + 8 bytes a parameter). Resident: the whole process. Step ${m.step}.`));
