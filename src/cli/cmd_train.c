@@ -11,6 +11,7 @@
 #include "config/deepspeed_config.h"
 #include "config/train_config.h"
 #include "core/core.h"
+#include "infer/predict.h"
 #include "launch/pernode.h"
 #include "launch/rank_watch.h"
 #include "trainer/job.h"
@@ -75,24 +76,36 @@ static int load_config(int argc, char **argv, int world, tn_train_config *cfg) {
     return rc;
 }
 
-int tn_cli_dashboard_flag(int *argc, char ***argv) {
-    char **in = *argv, **out = tn_xcalloc((size_t)*argc + 1, sizeof *out);
-    int n = 0;
-    for (int i = 0; i < *argc; i++) {
-        if (strcmp(in[i], "--dashboard") != 0) {
-            out[n++] = in[i];
+int tn_cli_dashboard_flag(int *pargc, char ***pargv) {
+    int argc = *pargc, n = 0;
+    char **argv = *pargv, **out = tn_xcalloc((size_t)argc + 1, sizeof *out);
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--dashboard") != 0) {
+            out[n++] = argv[i];
             continue;
         }
-        if (i + 1 >= *argc || in[i + 1][0] == '-' || strchr(in[i + 1], '=')) {
+        if (i + 1 >= argc || argv[i + 1][0] == '-' || strchr(argv[i + 1], '=')) {
             free(out);
             return tn_err("--dashboard needs where to listen: [HOST:]PORT (0: a free port), or the key dashboard=true");
         }
-        size_t len = strlen(in[++i]) + sizeof "dashboard=";
+        size_t len = strlen(argv[++i]) + sizeof "dashboard=";
         out[n] = tn_xmalloc(len); /* lives as long as the process: the config keeps pointing at argv */
-        snprintf(out[n++], len, "dashboard=%s", in[i]);
+        snprintf(out[n++], len, "dashboard=%s", argv[i]);
     }
-    *argc = n, *argv = out;
+    *pargc = n, *pargv = out;
     return 0;
+}
+
+/* do_predict: with the model just trained when do_train ran too (its output_dir: the adapter, or the whole model
+ * after full fine-tuning), else with the YAML's model and adapter. */
+static int predict_after(const tn_train_config *cfg, tn_comm *comm) {
+    static tn_train_config p;
+    p = *cfg;
+    if (cfg->do_train && cfg->finetuning_type == TN_FT_LORA)
+        snprintf(p.adapter_name_or_path, sizeof p.adapter_name_or_path, "%s", cfg->output_dir);
+    else if (cfg->do_train)
+        snprintf(p.model_name_or_path, sizeof p.model_name_or_path, "%s", cfg->output_dir);
+    return tn_predict(&p, comm);
 }
 
 int tn_cmd_train(int argc, char **argv) {
@@ -131,7 +144,8 @@ int tn_cmd_train(int argc, char **argv) {
         collective = rc != 0;
     }
     if (rc == 0 && in->rank == 0) tn_train_config_print_notices(&cfg, stdout); /* keys of the Python world */
-    if (rc == 0) rc = tn_job_train(&cfg, comm, cfg_fp);
+    if (rc == 0 && cfg.do_train) rc = tn_job_train(&cfg, comm, cfg_fp);
+    if (rc == 0 && cfg.do_predict) rc = predict_after(&cfg, comm);
     if (rc == -1) {
         if (in->size > 1 && !collective)
             fprintf(stderr, "tandem: error: rank %d on host %s: %s\n", in->rank, in->host, tn_errmsg());

@@ -125,7 +125,7 @@ static const key_def KEYS[] = {
     /* data */
     {"dataset", STR(dataset), 1, 0, "a comma list of dataset names from dataset_info.json", NULL},
     {"dataset_dir", PATH(dataset_dir), 0, PATH_DATASET_DIR, "a path", NULL},
-    {"eval_dataset", NOFIELD, 1, 0, "not supported yet: use val_size to hold out part of 'dataset'", set_unsupported},
+    {"eval_dataset", STR(eval_dataset), 1, 0, "a comma list of dataset names from dataset_info.json", NULL},
     {"template", STR(template_name), 0, 0, "a template name", NULL},
     {"cutoff_len", INT(cutoff_len, 2, INT_MAX), 0, 0, "an integer >= 2", NULL},
     {"max_samples", INT(max_samples, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
@@ -198,6 +198,8 @@ static const key_def KEYS[] = {
     {"eval_steps", INT(eval_steps, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
     {"per_device_eval_batch_size", INT(per_device_eval_batch_size, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
     {"do_eval", BOOL(do_eval), 0, 0, "true or false", NULL},
+    {"do_predict", BOOL(do_predict), 0, 0, "true or false", NULL},
+    {"predict_with_generate", BOOL(predict_with_generate), 0, 0, "true or false", NULL},
     {"eval_on_start", BOOL(eval_on_start), 0, 0, "true or false", NULL},
     /* the Python world's keys: accepted, with what tandem does instead */
     {"trust_remote_code", NOTICE, 0, 0, "tandem runs no model code: the architecture is read from config.json", NULL},
@@ -249,7 +251,7 @@ void tn_train_config_defaults(tn_train_config *c) {
     c->adam_beta2 = 0.999;
     c->adam_epsilon = 1e-8;
     c->stage = TN_STAGE_SFT;
-    c->do_train = 1;
+    c->do_train = -1; /* finish: LF's default (false) when do_predict asks for prediction alone, else true */
     snprintf(c->dataset_dir, sizeof c->dataset_dir, "data");
     c->packing = -1;
     c->enable_thinking = 1;
@@ -1071,8 +1073,15 @@ int tn_train_config_finish(tn_train_config *c) {
         return tn_err("%s: 'model_name_or_path' and 'model_config' are both set; set only one", file);
     if (!c->output_dir[0]) return tn_err("%s: key 'output_dir' must not be empty", file);
     if (c->lora_alpha <= 0) c->lora_alpha = 2.0 * c->lora_rank;
-    if (!c->do_train)
-        return tn_err("%s: key 'do_train' is false: `tandem train` trains (evaluation alone is not supported yet)", file);
+    if (c->do_train < 0) c->do_train = !c->do_predict;
+    if (!c->do_train && !c->do_predict)
+        return tn_err("%s: key 'do_train' is false and do_predict is not set: nothing to do (evaluation alone is not "
+                      "supported yet)", file);
+    if (c->do_predict && !c->predict_with_generate)
+        return tn_err("%s: key 'do_predict' needs predict_with_generate: true (as LLaMA-Factory's sft stage: tandem "
+                      "predicts by generating)", file);
+    if (c->do_predict && !c->eval_dataset[0])
+        return tn_err("%s: key 'do_predict' needs eval_dataset (the datasets to predict, from dataset_info.json)", file);
     if (c->gradient_checkpointing < 0) c->gradient_checkpointing = !c->disable_gradient_checkpointing;
     if (c->disable_gradient_checkpointing) c->gradient_checkpointing = 0;
     if (c->packing < 0) c->packing = c->stage == TN_STAGE_PT;

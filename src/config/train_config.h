@@ -36,7 +36,7 @@ typedef struct {
     double lora_dropout;                  /* default 0 */
     char lora_target[256];                /* "all" (default) or comma list of q_proj,...,down_proj */
     tn_stage stage;                       /* default sft (LF); pt = pre-training on raw text */
-    int do_train;                         /* default true here (tandem train always trains) */
+    int do_train;                         /* default: true, or false (LF's default) when do_predict is set */
     /* data */
     char dataset[256];                    /* comma list of dataset_info.json names, or the demo "demo_addition" */
     char dataset_dir[TN_PATH_MAX];        /* default "data" (LF) */
@@ -107,6 +107,8 @@ typedef struct {
     int eval_steps;                       /* default 0 = logging_steps (HF) */
     int per_device_eval_batch_size;       /* default 8 (HF) */
     int do_eval;
+    int do_predict, predict_with_generate; /* LF predict: generate for eval_dataset (infer/predict.h) */
+    char eval_dataset[256];               /* comma list of dataset names to predict */
     int eval_on_start;                    /* default false (HF): evaluate once before the first step */
     /* generation (`tandem chat` / `tandem generate`; LLaMA-Factory's GeneratingArguments) */
     int do_sample;                        /* default true (LF) */

@@ -84,6 +84,24 @@ void lf_samples_free(lf_samples *s);
  * samples it touches, and ranks on one node share them through the page cache. eval may be NULL. */
 int lf_cache_map(const char *path, lf_samples *train, lf_samples *eval);
 
+/* LLaMA-Factory's predict set (do_predict with predict_with_generate): the datasets a->dataset names (its
+ * eval_dataset), max_samples each, through UnsupervisedDatasetProcessor: per example the prompt ids (every turn but
+ * the last, ending with the assistant header) and the label ids (the last assistant turn as training encodes it,
+ * template suffix included; empty when the example has no answer), cut by infer_seqlen(cutoff_len). Examples LF drops
+ * (an even number of prompt turns, a broken conversation) are dropped and counted. Not cached. */
+typedef struct {
+    int n;
+    int64_t *prompt_off, *label_off; /* [n + 1]: example i is [off[i], off[i+1]) of prompt / label */
+    int32_t *prompt, *label;
+    int n_dropped;
+    char drop_reason[200];
+} lf_predict_set;
+int lf_load_predict(const lf_data_args *a, const tn_tokenizer *tok, lf_predict_set *out);
+void lf_predict_set_free(lf_predict_set *s);
+/* The template's extra stop ids for predict: tokenizer_config.json's additional_special_tokens (LF passes eos + these
+ * to generate). Appends up to max ids to out; returns how many. */
+int lf_additional_special_ids(const char *tokenizer_path, const tn_tokenizer *tok, int32_t *out, int max);
+
 /* Chat prompts through the same templates (`tandem chat` / `tandem generate`). */
 typedef struct lf_chat lf_chat;
 /* NULL + tn_err for an unknown template. tokenizer_path: as in lf_data_args (tokenizer_config.json beside it). */

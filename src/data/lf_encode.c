@@ -148,3 +148,39 @@ int lf_encode_supervised(const lf_template *t, const lf_encode_opts *o, const lf
     free(sb.p), free(tmp.p);
     return rc ? -1 : 0;
 }
+
+int lf_encode_oneturn(const lf_template *t, int cutoff, const lf_example *e, tn_ids *prompt, tn_ids *label) {
+    int n = e->n_prompt + 1, rc = 0;
+    lf_msg *msg = tn_xcalloc((size_t)n, sizeof *msg);
+    memcpy(msg, e->msg, (size_t)e->n_prompt * sizeof *msg);
+    msg[n - 1] = e->n_resp == 1 ? e->msg[e->n_prompt] : (lf_msg){.role = LF_ASSISTANT, .s = "", .n = 0};
+    lf_buf *thoughtless = tn_xcalloc((size_t)n, sizeof *thoughtless), sb = {0}, tmp = {0};
+    int reasoning = t->def->reasoning;
+    for (int i = 1; reasoning && !t->enable_thinking && i < n - 2; i += 2) { /* LF: cot removed from the history */
+        remove_thought(msg[i].s, msg[i].n, &thoughtless[i]);
+        msg[i].s = thoughtless[i].p, msg[i].n = thoughtless[i].n;
+    }
+    tn_ids src = {0}, tgt = {0};
+    for (int i = 0; i < n - 1 && rc == 0; i++) rc = encode_message(t, e, &msg[i], i, &sb, &tmp, &src);
+    if (rc == 0) rc = encode_message(t, e, &msg[n - 1], n - 1, &sb, &tmp, &tgt);
+    const lf_msg *last = &msg[n - 1];
+    if (rc == 0 && reasoning && !contains(last->s, last->n, "<think>") && !contains(last->s, last->n, "</think>")) {
+        if (!t->enable_thinking) {
+            rc = append(&src, t->think_ids, t->n_think); /* the empty thought closes the prompt */
+        } else {
+            tn_ids both = {0};
+            if (append(&both, t->think_ids, t->n_think) != 0 || append(&both, tgt.ids, tgt.n) != 0) rc = -1;
+            tn_ids_free(&tgt);
+            tgt = both; /* ... or opens the label */
+        }
+    }
+    int ns = 0, nt = 0;
+    if (rc == 0) {
+        lf_infer_seqlen((int)src.n, (int)tgt.n, cutoff, &ns, &nt);
+        rc = append(prompt, src.ids, (size_t)ns) || append(label, tgt.ids, (size_t)nt);
+    }
+    tn_ids_free(&src), tn_ids_free(&tgt);
+    for (int i = 0; i < n; i++) free(thoughtless[i].p);
+    free(thoughtless), free(msg), free(sb.p), free(tmp.p);
+    return rc ? -1 : 0;
+}

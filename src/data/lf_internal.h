@@ -149,6 +149,12 @@ typedef struct {
 int lf_encode_supervised(const lf_template *t, const lf_encode_opts *o, const lf_example *e, tn_ids *ids,
                          tn_ids *labels);
 void lf_infer_seqlen(int source_len, int target_len, int cutoff_len, int *src_out, int *tgt_out);
+/* One example for generation, as LF's UnsupervisedDatasetProcessor with Template.encode_oneturn: the prompt is every
+ * turn but the last (up to the assistant header), the label the last assistant turn as encoded (template suffix
+ * included; an empty turn when the example has none), qwen3's empty thought appended to the prompt (enable_thinking
+ * false) or prepended to the label (true) when the answer has no think block, both cut by infer_seqlen(cutoff).
+ * Appended to prompt and label; 0 or -1 + tn_err. */
+int lf_encode_oneturn(const lf_template *t, int cutoff, const lf_example *e, tn_ids *prompt, tn_ids *label);
 
 /* Growable sample set under construction. */
 typedef struct {

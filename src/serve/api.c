@@ -163,16 +163,21 @@ static void admit(api *a) {
             finish(a, r, "stop");
         }
     }
+    for (request **p = &a->head, *prev = NULL; *p;) { /* a client that left while queued leaves the queue now */
+        request *r = *p;
+        if (!r->cancelled) {
+            prev = r, p = &r->next;
+            continue;
+        }
+        *p = r->next, a->queued--;
+        if (a->tail == r) a->tail = prev;
+        finish(a, r, "stop");
+    }
     for (int s = 0; s < a->n_slots && a->head; s++) {
         if (a->running[s]) continue;
         request *r = a->head;
         a->head = r->next, a->queued--;
         if (!a->head) a->tail = NULL;
-        if (r->cancelled) {
-            finish(a, r, "stop");
-            s--;
-            continue;
-        }
         if (tn_gen_start(a->g, s, r->prompt.ids, (int)r->prompt.n, &r->sp, a->inf.stop, a->inf.n_stop) != 0) {
             snprintf(r->error, sizeof r->error, "%s", tn_errmsg());
             finish(a, r, "stop");

@@ -39,7 +39,7 @@ start() {
   env API_PORT="$PORT" "$@" "$BIN" api "$T/api.yaml" >"$T/$name.log" 2>&1 &
   SPID=$!
   PIDS="$PIDS $SPID"
-  for _ in $(seq 1 100); do grep -q "tandem api:" "$T/$name.log" && return 0; sleep 0.1; done
+  for _ in $(seq 1 1200); do grep -q "tandem api:" "$T/$name.log" && return 0; sleep 0.1; done
   echo "server $name did not start:"; cat "$T/$name.log"; return 1
 }
 rss() { awk '/VmRSS/ { print $2 }' "/proc/$1/status"; }

@@ -2,7 +2,8 @@
 # `tandem generate` / `tandem chat` go through the training template: a small Qwen2-architecture model
 # (real Qwen tokenizer) fully fine-tuned on one identity example until it knows it; greedy generation for
 # the same user text must give back exactly the answer from the dataset file, in one-shot and chat mode
-# (with "clear" between turns). Sampling runs too; the generation keys are LLaMA-Factory's.
+# (with "clear" between turns; chat keeps the conversation's KV cache between turns). Sampling runs too, the same
+# seed giving the same answer; --stats reports time to first token and tokens/s. The generation keys are LLaMA-Factory's.
 set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
@@ -29,8 +30,17 @@ echo "generate: '$got'"
 check '[ "$got" = "$want" ]'
 printf '%s\nclear\n%s\nexit\n' "$user" "$user" | "$BIN" chat "$T/infer.yaml" >"$T/chat.log" 2>&1
 check '[ "$(grep -c "Assistant: $want\$" "$T/chat.log")" -eq 2 ] && grep -q "History has been removed" "$T/chat.log"'
+# two turns without "clear": the second continues the first's cache (its prompt begins with the first turn)
+printf '%s\n%s\nexit\n' "$user" "$user" | "$BIN" chat "$T/infer.yaml" >"$T/chat2.log" 2>&1
+check '[ "$(grep -c "Assistant: $want\$" "$T/chat2.log")" -ge 1 ] && [ "$(grep -c "Assistant:" "$T/chat2.log")" -eq 2 ] && ! grep -q "tandem: error" "$T/chat2.log"'
 got2=$("$BIN" generate "$T/infer.yaml" do_sample=true temperature=0.7 top_p=0.9 seed=1 --prompt "$user" 2>>"$T/gen.err")
 check '[ -n "$got2" ]'
+# --stats: time to first token and tokens/s on stderr, the answer unchanged on stdout
+got3=$("$BIN" generate "$T/infer.yaml" --stats --prompt "$user" 2>"$T/stats.err")
+check '[ "$got3" = "$want" ] && grep -q "prompt tokens, [0-9]* new tokens: time to first token [0-9.]* ms, then [0-9.]* tokens/s" "$T/stats.err"'
+# the same seed samples the same answer
+got4=$("$BIN" generate "$T/infer.yaml" do_sample=true temperature=0.7 top_p=0.9 seed=1 --prompt "$user" 2>>"$T/gen.err")
+check '[ "$got4" = "$got2" ]'
 "$BIN" generate "$T/infer.yaml" template=nosuch --prompt x >"$T/bad.log" 2>&1
 check '[ "$(grep -c "tandem: error:" "$T/bad.log")" -eq 1 ]'
 [ "$fails" -eq 0 ] || cat "$T/train.log" "$T/gen.err" "$T/chat.log" "$T/bad.log"

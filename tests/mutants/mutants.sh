@@ -1,6 +1,6 @@
 #!/bin/sh
-# mutants.sh -- shows that the parity test (and the dashboard's unit test) can fail: plants one known bug at a time
-# in a copy of the source, rebuilds the test there and requires it to fail. The product code is never touched: each mutant is a
+# mutants.sh -- shows that the tests can fail: plants one known bug at a time in a copy of the source, rebuilds
+# the test that should catch it there (the parity test unless a mutant names another) and requires it to fail. The product code is never touched: each mutant is a
 # literal text replacement in the copy (the script fails if the text is no longer found, so a refactor cannot
 # silently turn a mutant into a no-op).
 # Usage: tests/mutants/mutants.sh [SOURCE_DIR]   (default: the checkout this script is in)
@@ -15,36 +15,39 @@ cmake -S "$WORK/src" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=O
   { cat "$WORK/cmake.log"; echo "mutants: cmake failed"; exit 1; }
 
 build_and_run() { # [TEST] -> exit status of the test (default the parity test); its output in $WORK/run.log
-  target=${1:-test_parity_fixtures}
-  cmake --build "$WORK/build" -j "$(nproc)" --target "$target" >"$WORK/build.log" 2>&1 ||
+  t=${1:-test_parity_fixtures}
+  cmake --build "$WORK/build" -j "$(nproc)" --target "$t" >"$WORK/build.log" 2>&1 ||
     { tail -20 "$WORK/build.log"; echo "mutants: build failed"; exit 1; }
   set +e
-  TANDEM_TESTS_DIR="$WORK/src/tests" OMP_NUM_THREADS=2 "$WORK/build/tests/$target" >"$WORK/run.log" 2>&1
+  TANDEM_TESTS_DIR="$WORK/src/tests" OMP_NUM_THREADS=2 "$WORK/build/tests/$t" >"$WORK/run.log" 2>&1
   rc=$?
   set -e
   return $rc
 }
 
 passed=0 failed=0
-for t in test_parity_fixtures test_unit_dashboard; do
-  if build_and_run $t; then
-    echo "ok   unmutated source passes $t"
-  else
-    tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1
-  fi
+if build_and_run; then
+  echo "ok   unmutated source passes the parity test"
+else
+  tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails the parity test"; exit 1
+fi
+
+# the generation and dashboard tests must pass unmutated too
+for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard; do
+  build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
-# mutant NAME FILE OLD NEW [TEST]: replace the literal OLD by NEW in FILE (relative to src/), expect TEST (default
-# the parity test) to fail
+# mutant NAME FILE OLD NEW [TEST]: replace the literal OLD by NEW in FILE (relative to src/), expect TEST (default the
+# parity test) to fail
 mutant() {
-  name=$1 file="$WORK/src/src/$2" old=$3 new=$4 test=${5:-test_parity_fixtures}
+  name=$1 file="$WORK/src/src/$2" old=$3 new=$4 test=${5:-}
   cp "$file" "$WORK/orig"
   OLD="$old" NEW="$new" perl -0pi -e 's/\Q$ENV{OLD}\E/$ENV{NEW}/g' "$file"
   if cmp -s "$file" "$WORK/orig"; then
     echo "FAIL $name: text not found in src/$2: $old"; failed=$((failed + 1)); return
   fi
-  if build_and_run "$test"; then
-    echo "FAIL $name: $test still passes"; failed=$((failed + 1))
+  if build_and_run $test; then
+    echo "FAIL $name: ${test:-the parity test} still passes"; failed=$((failed + 1))
   else
     first=$(grep -m1 'check failed' "$WORK/run.log" | sed 's/.*check failed: //' | cut -c1-150)
     n=$(grep -c "check failed" "$WORK/run.log" || true)
@@ -75,6 +78,38 @@ mutant lora-scale-alpha-not-alpha-over-r model/model.c \
 mutant qwen3-k-heads-normed-with-q-norm model/model_forward.c \
   's->qk_raw + HD, HD + KVD, w->kn, T,' \
   's->qk_raw + HD, HD + KVD, w->qn, T,'
+# generation (KV cache), sampling and predict's metrics
+# (a rotary position shifted by a constant for q and k alike changes nothing: attention sees relative positions)
+mutant kv-rope-every-row-at-the-first-position backend/cpu_decode.c \
+  'const float *c = cos + (size_t)pos[t] * half, *s = sin + (size_t)pos[t] * half;' \
+  'const float *c = cos + (size_t)pos[0] * half, *s = sin + (size_t)pos[0] * half;' test_unit_kv_generate
+mutant kv-attention-sees-the-future backend/cpu_attention.c \
+  'float *p = P + (size_t)ii * nc, m = tn_max(p, i + 1);
+                    float inv = 1.0f / causal_exp_row(p, i, nc, m);
+                    for (int j = 0; j <= i; j++) p[j] *= inv;' \
+  'float *p = P + (size_t)ii * nc, m = tn_max(p, nc);
+                    float inv = 1.0f / causal_exp_row(p, nc - 1 + 0 * i, nc, m);
+                    for (int j = 0; j < nc; j++) p[j] *= inv;' test_unit_kv_generate
+mutant kv-positions-restart-each-step model/kv_forward.c \
+  'kv->host_pos[t] = kv->len[segs[i].slot] + j;' 'kv->host_pos[t] = j;' test_unit_kv_generate
+mutant kv-gqa-group-of-head-wrong backend/cpu_attention.c \
+  'const float *K = k[t0] + (size_t)g * hd, *V = v[t0] + (size_t)g * hd;' \
+  'const float *K = k[t0], *V = v[t0];' test_unit_kv_generate
+mutant kv-lora-unmerged-skipped model/kv_forward.c \
+  '    if (!p->A) return;
+    int r = m->lora.r;' '    if (p->A) return;
+    int r = m->lora.r;' test_unit_kv_generate
+mutant penalty-per-occurrence model/sampling.c \
+  'if (id < 0 || id >= V || s->mark[id] == s->stamp) continue;' 'if (id < 0 || id >= V) continue;' test_unit_sampling
+mutant top-p-before-temperature model/sampling.c \
+  '    if (sp->temperature != 1.0) {
+        float t = (float)sp->temperature;
+        for (int v = 0; v < V; v++) s->x[v] /= t;
+    }' '' test_unit_sampling
+mutant bleu-method3-no-doubling infer/nlg_metrics.c '1.0 / (ldexp(1.0, ++zeros) * (double)den)' \
+  '1.0 / (ldexp(1.0, ++zeros > 0) * (double)den)' test_unit_nlg_metrics
+mutant rouge-n-counts-repeats infer/nlg_metrics.c 'if (i == 0 || ngram_cmp(&out[i], &out[u - 1])) out[u++] = out[i];' \
+  'out[u++] = out[i];' test_unit_nlg_metrics
 
 # the dashboard (tests/unit/test_unit_dashboard.c)
 mutant dashboard-straggler-by-step-not-per-sample serve/dash_view.c \

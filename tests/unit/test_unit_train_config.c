@@ -151,7 +151,7 @@ static void defaults(void) {
     CHECK(tn_train_config_parse("model_config: x.json\nstage: pt\ndisable_gradient_checkpointing: true\n", "p.yaml", &c) == 0);
     CHECK(tn_train_config_finish(&c) == 0 && c.packing == 1 && c.gradient_checkpointing == 0);
     /* features LLaMA-Factory has and tandem does not: one clear error naming the key */
-    const char *unsupported[] = {"stage: dpo\n", "eval_dataset: alpaca_en_demo\n", "quantization_bit: 4\n",
+    const char *unsupported[] = {"stage: dpo\n", "use_dora: true\n", "quantization_bit: 4\n",
                                  "optim: sgd\n", "neat_packing: true\n"};
     for (int i = 0; i < 5; i++) {
         char y[256];
@@ -165,6 +165,15 @@ static void defaults(void) {
            "%s", tn_errmsg());
     CHECK(tn_train_config_parse("model_config: x.json\ndo_train: false\n", "t.yaml", &c) == 0);
     CHECK(tn_train_config_finish(&c) != 0 && strstr(tn_errmsg(), "do_train"));
+    /* do_predict without do_train predicts only (LF's default do_train is false); it needs predict_with_generate and
+     * eval_dataset */
+    CHECK(tn_train_config_parse("model_config: x.json\ndo_predict: true\npredict_with_generate: true\n"
+                                "eval_dataset: [identity, alpaca_en_demo]\n", "t.yaml", &c) == 0);
+    CHECK(tn_train_config_finish(&c) == 0 && !c.do_train && c.do_predict && !strcmp(c.eval_dataset, "identity,alpaca_en_demo"));
+    CHECK(tn_train_config_parse("model_config: x.json\ndo_predict: true\neval_dataset: identity\n", "t.yaml", &c) == 0);
+    CHECK(tn_train_config_finish(&c) != 0 && strstr(tn_errmsg(), "predict_with_generate"));
+    CHECK(tn_train_config_parse("model_config: x.json\ndo_predict: true\npredict_with_generate: true\n", "t.yaml", &c) == 0);
+    CHECK(tn_train_config_finish(&c) != 0 && strstr(tn_errmsg(), "eval_dataset"));
     CHECK(tn_train_config_parse("model_config: x.json\neval_strategy: steps\n", "t.yaml", &c) == 0);
     CHECK(tn_train_config_finish(&c) != 0 && strstr(tn_errmsg(), "val_size"));
 

@@ -1,0 +1,146 @@
+/* cmd_bench_generate.c -- `tandem bench generate`: generation speed on random weights, one JSON line per
+ * measurement (bench/bench_generate.py compares them with PyTorch and the machine's memory bandwidth).
+ *
+ *   copy:    a STREAM-style copy of 2 x 512 MiB with the same threads: bytes read + written per second;
+ *   prefill: the prompt's tokens in one cached forward (kv_forward.h), against the training forward
+ *            (tn_model_eval_loss) on the same tokens;
+ *   decode:  for each --new N, N greedy tokens after the prompt at batch --batch (1: one sequence): tokens/s, ms
+ *            a token, and bytes read a token (every weight once + the cached keys and values at the mean
+ *            context) over the copy bandwidth: the memory-bound limit. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "core/core.h"
+#include "model/generate.h"
+#include "model/model.h"
+
+/* STREAM copy: best of 5, bytes read + written per second */
+static double copy_bandwidth(void) {
+    size_t n = (size_t)128 << 20; /* 512 MiB of floats */
+    float *a = tn_xalloc_floats(n), *b = tn_xalloc_floats(n);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) a[i] = (float)i, b[i] = 0;
+    double best = 1e30;
+    for (int r = 0; r < 5; r++) {
+        double t0 = tn_now();
+#pragma omp parallel
+        {
+            int nt = omp_get_num_threads(), t = omp_get_thread_num();
+            size_t lo = n * t / nt, hi = n * (t + 1) / nt;
+            memcpy(b + lo, a + lo, (hi - lo) * sizeof *a);
+        }
+        double dt = tn_now() - t0;
+        best = dt < best ? dt : best;
+    }
+    tn_free_aligned(a), tn_free_aligned(b);
+    return 2.0 * n * sizeof(float) / best;
+}
+
+static void random_ids(int32_t *ids, int n, int V, uint64_t seed) {
+    tn_rng r;
+    tn_rng_seed(&r, seed);
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)(tn_rng_next(&r) % (uint64_t)V);
+}
+
+static void prefill_vs_training(tn_model *m, int P, const char *name) {
+    int32_t *ids = tn_xmalloc((size_t)P * sizeof *ids), *labels = tn_xmalloc((size_t)P * sizeof *labels);
+    random_ids(ids, P, m->V, 1);
+    memcpy(labels, ids, (size_t)P * sizeof *ids);
+    float *logits = tn_xmalloc((size_t)m->V * sizeof *logits);
+    tn_acts *a = tn_acts_create(m, 1, P, 0);
+    double best_fwd = 1e30, best_pre = 1e30;
+    for (int r = 0; r < 3; r++) {
+        int64_t nv = 0;
+        double t0 = tn_now();
+        tn_model_eval_loss(m, a, ids, labels, 1, P, &nv);
+        double t1 = tn_now();
+        tn_kv *kv = tn_kv_create(m, 1, P + 1);
+        tn_kv_seg seg = {.slot = 0, .n = P, .ids = ids};
+        double t2 = tn_now();
+        if (tn_kv_forward(m, kv, &seg, 1, logits) != 0) tn_die("%s", tn_errmsg());
+        double t3 = tn_now();
+        tn_kv_free(kv);
+        best_fwd = t1 - t0 < best_fwd ? t1 - t0 : best_fwd;
+        best_pre = t3 - t2 < best_pre ? t3 - t2 : best_pre;
+    }
+    printf("{\"impl\":\"tandem\",\"what\":\"prefill\",\"config\":\"%s\",\"threads\":%d,\"tokens\":%d,"
+           "\"prefill_tok_s\":%.1f,\"training_forward_tok_s\":%.1f,\"ratio\":%.3f}\n",
+           name, omp_get_max_threads(), P, P / best_pre, P / best_fwd, best_fwd / best_pre);
+    fflush(stdout);
+    tn_acts_free(a);
+    free(ids), free(labels), free(logits);
+}
+
+static void decode(tn_model *m, int P, int N, int B, double copy_bps, const char *name) {
+    tn_gen *g = tn_gen_create(m, B, P + N + 1);
+    if (!g) tn_die("%s", tn_errmsg());
+    int32_t *ids = tn_xmalloc((size_t)P * sizeof *ids);
+    tn_sampling sp = tn_sampling_defaults();
+    sp.do_sample = 0, sp.max_new = N;
+    for (int b = 0; b < B; b++) {
+        random_ids(ids, P, m->V, 10 + (uint64_t)b);
+        if (tn_gen_start(g, b, ids, P, &sp, NULL, 0) != 0) tn_die("%s", tn_errmsg());
+    }
+    tn_gen_event *ev = tn_xcalloc((size_t)B, sizeof *ev);
+    tn_gen_step(g, ev); /* the prefill, and the first token */
+    int tokens = 0;
+    double t0 = tn_now();
+    for (int k; (k = tn_gen_step(g, ev)) > 0;) tokens += k;
+    double dt = tn_now() - t0;
+    double kv_bytes = 2.0 * m->L * m->KV * m->hd * sizeof(float) * (P + N / 2.0) * B;
+    double bytes = (double)m->n_total * sizeof(float) + kv_bytes; /* per step: every weight once, every cached row */
+    double steps = (double)tokens / B, limit = copy_bps / bytes * B;
+    printf("{\"impl\":\"tandem\",\"what\":\"decode\",\"config\":\"%s\",\"threads\":%d,\"batch\":%d,\"prompt\":%d,"
+           "\"new\":%d,\"decode_tok_s\":%.2f,\"ms_per_step\":%.2f,\"bytes_per_step\":%.4g,\"copy_GBps\":%.2f,"
+           "\"bandwidth_limit_tok_s\":%.2f,\"fraction_of_limit\":%.3f}\n",
+           name, omp_get_max_threads(), B, P, N, tokens / dt, 1e3 * dt / steps, bytes, copy_bps / 1e9, limit,
+           tokens / dt / limit);
+    fflush(stdout);
+    free(ev), free(ids);
+    tn_gen_free(g);
+}
+
+int tn_cmd_bench_generate(int argc, char **argv) {
+    const char *cfg_path = NULL;
+    int P = 128, B = 1, prefill = 512, n_new = 0, news[16];
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--model-config") && i + 1 < argc) cfg_path = argv[++i];
+        else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) P = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--prefill") && i + 1 < argc) prefill = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--new") && i + 1 < argc) {
+            for (char *s = argv[++i], *e; *s && n_new < 16; s = *e ? e + 1 : e) news[n_new++] = (int)strtol(s, &e, 10);
+        } else {
+            fprintf(stderr, "tandem: error: bench generate: unexpected argument '%s' (--model-config FILE --prompt P "
+                            "--new N[,N...] --batch B --prefill P)\n", argv[i]);
+            return 1;
+        }
+    }
+    if (!n_new) news[n_new++] = 64;
+    tn_model_config mc;
+    if (!cfg_path || tn_model_config_load(cfg_path, &mc) != 0) {
+        fprintf(stderr, "tandem: error: bench generate: %s\n", cfg_path ? tn_errmsg() : "--model-config FILE is required");
+        return 1;
+    }
+    if (P < 1 || B < 1 || prefill < 0) {
+        fprintf(stderr, "tandem: error: bench generate: --prompt, --batch >= 1, --prefill >= 0\n");
+        return 1;
+    }
+    const char *slash = strrchr(cfg_path, '/');
+    const char *name = slash ? slash + 1 : cfg_path;
+    tn_model *m = tn_model_create(&mc, NULL, tn_backend_cpu());
+    /* random weights of HF's scale (uniform, std ~0.02), drawn in parallel: the speed does not depend on them */
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < m->n_total; i++) m->slab[i] = 0.07f * (tn_hash_uniform(42, i) - 0.5f);
+    double bw = copy_bandwidth();
+    printf("{\"impl\":\"tandem\",\"what\":\"copy\",\"threads\":%d,\"copy_GBps\":%.2f,\"params\":%zu}\n",
+           omp_get_max_threads(), bw / 1e9, m->n_total);
+    fflush(stdout);
+    if (prefill) prefill_vs_training(m, prefill, name);
+    for (int i = 0; i < n_new; i++) decode(m, P, news[i], B, bw, name);
+    tn_model_free(m);
+    return 0;
+}
