@@ -1,7 +1,8 @@
 /* fuzz_lf_cache -- the tokenized data cache (src/data/lf_cache.c) read back by lf_cache_map: the input is
  * written as a cache file and mapped. A file that maps must be self-consistent (offsets from 0 to the
- * token count, each sample's length its offsets' difference) and every id, label and position is read,
- * so ASan sees any access outside the mapping.
+ * token count, each sample's length its offsets' difference; image offsets from 0 to the image count and
+ * byte count, each image h x w x 3 bytes with sides whole merge windows) and every id, label, position and
+ * image byte is read, so ASan sees any access outside the mapping; one image per split is patchified.
  *
  * Seeds: TANDEM_FUZZ_WRITE_SEEDS=DIR build-fuzz/fuzz_lf_cache writes valid caches (lf_cache_write) into
  * DIR and exits; fuzz/corpus/fuzz_lf_cache/ was made that way. */
@@ -19,6 +20,23 @@ static void check_split(const lf_samples *s) {
     for (int64_t k = 0; k < sum; k++) acc += (int64_t)s->ids[k] + s->labels[k] + (s->pos ? s->pos[k] : 0);
     FZ_ASSERT(acc != INT64_MIN);  /* keeps the reads */
     FZ_ASSERT(memchr(s->drop_reason, 0, sizeof s->drop_reason));
+    if (!s->img_off) return;
+    int64_t n_img = lf_samples_images(s), f = (int64_t)s->vl.patch_size * s->vl.merge_size;
+    FZ_ASSERT(s->img_off[0] == 0 && n_img >= 0 && s->pix_off[0] == 0 && f > 0);
+    for (int i = 0; i < s->n; i++) FZ_ASSERT(s->img_off[i] <= s->img_off[i + 1]);
+    for (int64_t k = 0; k < n_img; k++) {
+        int64_t h = s->img_hw[2 * k], w = s->img_hw[2 * k + 1];
+        FZ_ASSERT(h > 0 && w > 0 && h % f == 0 && w % f == 0 && s->pix_off[k + 1] - s->pix_off[k] == h * w * 3);
+        for (int64_t b = s->pix_off[k]; b < s->pix_off[k + 1]; b++) acc += s->pix[b];
+    }
+    FZ_ASSERT(acc != INT64_MIN);
+    if (n_img > 0 && (int64_t)s->img_hw[0] * s->img_hw[1] <= 4096 * 4) {  /* small: patchify the first image */
+        size_t nv = (size_t)(s->img_hw[0] / s->vl.patch_size) * (s->img_hw[1] / s->vl.patch_size) * tn_vl_patch_dim(&s->vl);
+        float *pv = malloc(nv * sizeof *pv);
+        FZ_ASSERT(pv != NULL);
+        tn_vl_patchify(&s->vl, s->pix, s->img_hw[0], s->img_hw[1], pv);
+        free(pv);
+    }
 }
 
 /* Small sample sets: with and without position ids, an empty eval split, a long drop reason. */
@@ -42,6 +60,20 @@ static void write_seeds(const char *dir) {
     packed.pos = pos;
     p = tn_path_join(dir, "packed_empty_eval.bin");
     FZ_ASSERT(lf_cache_write(p, key, &packed, &none) == 0);
+    free(p);
+    /* images: sample 0 has two 2 x 2-patch images (patch 2, merge 1: 4 x 4 and 4 x 2 pixels), sample 1 none,
+     * sample 2 one */
+    static uint8_t pix[(16 + 8 + 16) * 3];
+    for (size_t i = 0; i < sizeof pix; i++) pix[i] = (uint8_t)(i * 37);
+    int64_t img_off[4] = {0, 2, 2, 3}, pix_off[4] = {0, 48, 72, 120};
+    int32_t img_hw[6] = {4, 4, 4, 2, 4, 4};
+    lf_samples vis = train;
+    vis.img_off = img_off, vis.pix_off = pix_off, vis.img_hw = img_hw, vis.pix = pix;
+    vis.vl = (tn_vl_proc){.patch_size = 2, .temporal_patch_size = 2, .merge_size = 1, .min_pixels = 4, .max_pixels = 1 << 20,
+                          .do_rescale = 1, .do_normalize = 1, .rescale_factor = 1.0 / 255, .image_mean = {0.5f, 0.5f, 0.5f},
+                          .image_std = {0.5f, 0.5f, 0.5f}};
+    p = tn_path_join(dir, "images.bin");
+    FZ_ASSERT(lf_cache_write(p, key, &vis, &eval) == 0);
     free(p);
 }
 

@@ -15,7 +15,7 @@ static inline void fz_align(const lf_dsattr *ds, const char *path, const char *b
     lf_file f = {(char *)path, (char *)bytes, n, type};
     lf_examples ex = {0};
     fz_err_reset();
-    if (lf_align_dataset(ds, &f, 1, max_samples, &ex) != 0) {
+    if (lf_align_dataset(ds, &f, 1, max_samples, NULL, &ex) != 0) {
         fz_check_error(path);
     } else {
         FZ_ASSERT(ex.n >= 1 && (max_samples <= 0 || ex.n <= max_samples));

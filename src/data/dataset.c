@@ -77,3 +77,44 @@ int tn_batch_fill(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, int32_t
         tn_dataset_row(d, tn_sampler_get(s, k0 + b), len, ids + (size_t)b * len, labels + (size_t)b * len);
     return len;
 }
+
+const tn_mm_batch *tn_batch_fill_mm(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, tn_mm_buf *buf) {
+    memset(&buf->mb, 0, sizeof buf->mb);
+    if (!d->img_off) return &buf->mb;
+    int n_img = 0, dim = tn_vl_patch_dim(d->vl);
+    size_t n_vals = 0;
+    for (int b = 0; b < B; b++) {
+        int i = tn_sampler_get(s, k0 + b);
+        for (int64_t k = d->img_off[i]; k < d->img_off[i + 1]; k++, n_img++)
+            n_vals += (size_t)(d->img_hw[2 * k] / d->vl->patch_size) * (d->img_hw[2 * k + 1] / d->vl->patch_size) * dim;
+    }
+    if ((size_t)n_img > buf->cap_images) {
+        buf->cap_images = (size_t)n_img;
+        buf->grid_thw = tn_xrealloc(buf->grid_thw, buf->cap_images * 3 * sizeof *buf->grid_thw);
+        buf->row = tn_xrealloc(buf->row, buf->cap_images * sizeof *buf->row);
+    }
+    if (n_vals > buf->cap_values) {
+        buf->cap_values = n_vals;
+        buf->pixel_values = tn_xrealloc(buf->pixel_values, n_vals * sizeof *buf->pixel_values);
+    }
+    float *out = buf->pixel_values;
+    int j = 0;
+    for (int b = 0; b < B; b++) {
+        int i = tn_sampler_get(s, k0 + b);
+        for (int64_t k = d->img_off[i]; k < d->img_off[i + 1]; k++, j++) {
+            int h = d->img_hw[2 * k], w = d->img_hw[2 * k + 1], P = d->vl->patch_size;
+            buf->grid_thw[3 * j] = 1, buf->grid_thw[3 * j + 1] = h / P, buf->grid_thw[3 * j + 2] = w / P;
+            buf->row[j] = b;
+            tn_vl_patchify(d->vl, d->pix + d->pix_off[k], h, w, out);
+            out += (size_t)(h / P) * (w / P) * dim;
+        }
+    }
+    buf->mb = (tn_mm_batch){.n_images = n_img, .grid_thw = buf->grid_thw, .row = buf->row,
+                            .pixel_values = buf->pixel_values, .patch_dim = dim};
+    return &buf->mb;
+}
+
+void tn_mm_buf_free(tn_mm_buf *buf) {
+    free(buf->grid_thw), free(buf->row), free(buf->pixel_values);
+    memset(buf, 0, sizeof *buf);
+}

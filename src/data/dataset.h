@@ -4,11 +4,17 @@
  * the bundled demo tasks (generated here, byte-level vocabulary: no download), and batch assembly.
  * Samples are right-padded with the PAD id and label -100, so a causal model needs no attention mask; a batch
  * is padded only to its own longest sample (rounded up to a multiple of 8, as LLaMA-Factory's collator
- * does), not to the dataset's: on chat data most samples are far shorter than the longest. */
+ * does), not to the dataset's: on chat data most samples are far shorter than the longest. Vision-language
+ * samples also carry their images (prepared uint8 RGB); tn_batch_fill_mm turns a micro-batch's images into
+ * the model's pixel_values (data/mm_batch.h). */
 #ifndef TN_DATASET_H
 #define TN_DATASET_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "data/mm_batch.h"
+#include "data/vl_processor.h"
 
 /* Byte-level vocabulary of the demo tasks: ids 0..255 are bytes, then three specials. */
 enum { TN_BYTE_BOS = 256, TN_BYTE_EOS = 257, TN_BYTE_PAD = 258, TN_BYTE_VOCAB = 259 };
@@ -23,6 +29,13 @@ typedef struct {
     const int32_t *var_ids, *var_labels;
     const int64_t *var_off;
     int32_t pad_id;
+    /* Images of vision-language samples (variable-length samples only; NULL img_off: none): sample i's images
+     * are [img_off[i], img_off[i+1]) in the order of its <|image_pad|> runs, image k img_hw[2k] x img_hw[2k+1]
+     * RGB bytes at pix + pix_off[k], patchified with vl. */
+    const int64_t *img_off, *pix_off;
+    const int32_t *img_hw;
+    const uint8_t *pix;
+    const tn_vl_proc *vl;
 } tn_dataset;
 
 /* Sample i as len ids and labels, len >= its own length (padding: pad_id, label -100). */
@@ -70,5 +83,18 @@ static inline int64_t tn_dist_position(int64_t batch_start, int rank, int accum,
 /* Copy samples k0 .. k0+B-1 (sampler order) into ids/labels [B, len] and return len, the batch's padded
  * length (tn_dataset_batch_len of its longest sample; ids/labels must hold B x d->S). */
 int tn_batch_fill(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, int32_t *ids, int32_t *labels);
+
+/* Storage of one micro-batch's images, reused from step to step (zero-initialise; tn_mm_buf_free). */
+typedef struct {
+    tn_mm_batch mb;            /* what the model reads: points into the arrays below */
+    int32_t *grid_thw, *row;
+    float *pixel_values;
+    size_t cap_images, cap_values;
+} tn_mm_buf;
+/* The images of the micro-batch tn_batch_fill(d, s, k0, B, ...) fills: rows b = 0..B-1, each sample's images
+ * in order, as pixel_values rows (rescaled, normalised, patchified: tn_vl_patchify). Returns &buf->mb (valid
+ * until buf is filled again or freed); n_images 0 for a text-only micro-batch or dataset. */
+const tn_mm_batch *tn_batch_fill_mm(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, tn_mm_buf *buf);
+void tn_mm_buf_free(tn_mm_buf *buf);
 
 #endif

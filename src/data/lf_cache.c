@@ -1,10 +1,12 @@
 /* lf_cache.c -- the tokenized cache: one binary file per input key, written atomically, mapped back.
  *
- * Layout (host byte order, checked by a marker): a 512-byte header (magic, version, SHA-256 key, per split
- * n / tokens / has_pos / n_dropped / drop reason), then for train and eval in turn: len int32[n], off
- * int64[n+1], ids int32[T], labels int32[T], pos int32[T] if any, each section padded to 8 bytes. A
- * mapping is MAP_PRIVATE (writes stay private), so a rank reads only the pages of the samples it touches.
- * A file that does not match (other key, short, inconsistent offsets) is a miss and gets rewritten.
+ * Layout (host byte order, checked by a marker): a 1024-byte header (magic, version, SHA-256 key, per split
+ * n / tokens / has_pos / n_dropped / drop reason / has_img / images / pixel bytes, the image processor's
+ * settings), then for train and eval in turn: len int32[n], off int64[n+1], ids int32[T], labels int32[T],
+ * pos int32[T] if any, and with images img_off int64[n+1], img_hw int32[2*I], pix_off int64[I+1], the
+ * prepared RGB bytes, each section padded to 8 bytes. A mapping is MAP_PRIVATE (writes stay private), so a
+ * rank reads only the pages of the samples (and images) it touches. A file that does not match (other key,
+ * short, inconsistent offsets or image sizes) is a miss and gets rewritten.
  * Also SHA-256 (FIPS 180-4), used for the key. */
 #include <errno.h>
 #include <fcntl.h>
@@ -85,7 +87,7 @@ void lf_sha256_final(lf_sha256 *s, uint8_t out[32]) {
 
 /* ---- file ---- */
 #define LF_CACHE_MAGIC "TNLFC\0\0\1"
-#define LF_CACHE_VERSION 1u
+#define LF_CACHE_VERSION 2u
 #define LF_CACHE_ENDIAN 0x01020304u
 
 typedef struct {
@@ -96,14 +98,20 @@ typedef struct {
     uint32_t has_pos[2];
     int32_t n_dropped[2];
     char drop_reason[2][200];
+    uint32_t has_img[2];
+    uint64_t n_img[2], pix[2];
+    tn_vl_proc vl;
 } cache_hdr;
-#define HDR_BYTES 512
-_Static_assert(sizeof(cache_hdr) <= HDR_BYTES, "cache header fits 512 bytes");
+#define HDR_BYTES 1024
+_Static_assert(sizeof(cache_hdr) <= HDR_BYTES, "cache header fits 1024 bytes");
 
 static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
 
-static size_t split_bytes(uint64_t n, uint64_t tok, int has_pos) {
-    return pad8(4 * n) + 8 * (n + 1) + (size_t)(2 + (has_pos ? 1 : 0)) * pad8(4 * tok);
+static size_t split_bytes(const cache_hdr *h, int s) {
+    uint64_t n = h->n[s], tok = h->tok[s];
+    size_t b = pad8(4 * n) + 8 * (n + 1) + (size_t)(2 + (h->has_pos[s] ? 1 : 0)) * pad8(4 * tok);
+    if (h->has_img[s]) b += 8 * (n + 1) + pad8(8 * h->n_img[s]) + 8 * (h->n_img[s] + 1) + pad8(h->pix[s]);
+    return b;
 }
 
 static int put_padded(tn_atomic_file *f, const void *p, size_t n) {
@@ -124,6 +132,10 @@ int lf_cache_write(const char *path, const uint8_t key[32], const lf_samples *tr
         h.n[s] = (uint64_t)sp[s]->n, h.tok[s] = (uint64_t)sp[s]->off[sp[s]->n];
         h.has_pos[s] = sp[s]->pos != NULL, h.n_dropped[s] = sp[s]->n_dropped;
         memcpy(h.drop_reason[s], sp[s]->drop_reason, sizeof h.drop_reason[s]);
+        if (sp[s]->img_off) {
+            h.has_img[s] = 1, h.vl = sp[s]->vl;
+            h.n_img[s] = (uint64_t)sp[s]->img_off[sp[s]->n], h.pix[s] = (uint64_t)sp[s]->pix_off[h.n_img[s]];
+        }
     }
     char hb[HDR_BYTES] = {0};
     memcpy(hb, &h, sizeof h);
@@ -143,6 +155,13 @@ int lf_cache_write(const char *path, const uint8_t key[32], const lf_samples *tr
         if (rc == 0) rc = put_padded(f, x->ids, 4 * T);
         if (rc == 0) rc = put_padded(f, x->labels, 4 * T);
         if (rc == 0 && x->pos) rc = put_padded(f, x->pos, 4 * T);
+        if (rc == 0 && x->img_off) {
+            size_t I = (size_t)h.n_img[s];
+            rc = tn_atomic_write(f, x->img_off, 8 * ((size_t)x->n + 1));
+            if (rc == 0) rc = put_padded(f, x->img_hw, 8 * I);
+            if (rc == 0) rc = tn_atomic_write(f, x->pix_off, 8 * (I + 1));
+            if (rc == 0) rc = put_padded(f, x->pix, (size_t)h.pix[s]);
+        }
     }
     if (rc != 0) {
         tn_atomic_abort(f);
@@ -151,12 +170,31 @@ int lf_cache_write(const char *path, const uint8_t key[32], const lf_samples *tr
     return tn_atomic_commit(f);
 }
 
+/* The image sections agree: offsets from 0 to the totals, each image's bytes its h x w x 3, sides that are
+ * whole merge windows of the processor the header records. */
+static int images_valid(const cache_hdr *h, const lf_samples *s, uint64_t n_img, uint64_t pix) {
+    const tn_vl_proc *v = &h->vl;
+    if (v->patch_size < 1 || v->patch_size > 1024 || v->merge_size < 1 || v->merge_size > 16 || v->temporal_patch_size < 1 ||
+        v->temporal_patch_size > 16)
+        return -1;
+    int64_t f = (int64_t)v->patch_size * v->merge_size;
+    if (s->img_off[0] != 0 || (uint64_t)s->img_off[s->n] != n_img || s->pix_off[0] != 0 || (uint64_t)s->pix_off[n_img] != pix) return -1;
+    for (int i = 0; i < s->n; i++)
+        if (s->img_off[i + 1] < s->img_off[i]) return -1;
+    for (uint64_t k = 0; k < n_img; k++) { /* no subtraction of offsets a damaged file may hold */
+        int64_t ih = s->img_hw[2 * k], iw = s->img_hw[2 * k + 1];
+        if (ih <= 0 || iw <= 0 || ih > (1 << 20) || iw > (1 << 20) || ih % f || iw % f) return -1;
+        if (s->pix_off[k] < 0 || (uint64_t)s->pix_off[k] > pix || s->pix_off[k + 1] != s->pix_off[k] + ih * iw * 3) return -1;
+    }
+    return 0;
+}
+
 /* Points s into a private mapping of the file at the split's section. */
 static int map_split(int fd, size_t size, const cache_hdr *h, int which, lf_samples *s) {
     void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) return tn_err("mmap of the cache failed: %s", strerror(errno));
     size_t at = HDR_BYTES;
-    for (int k = 0; k < which; k++) at += split_bytes(h->n[k], h->tok[k], (int)h->has_pos[k]);
+    for (int k = 0; k < which; k++) at += split_bytes(h, k);
     char *p = (char *)m + at;
     uint64_t n = h->n[which], T = h->tok[which];
     memset(s, 0, sizeof *s);
@@ -166,6 +204,15 @@ static int map_split(int fd, size_t size, const cache_hdr *h, int which, lf_samp
     s->ids = (int32_t *)p, p += pad8(4 * T);
     s->labels = (int32_t *)p, p += pad8(4 * T);
     s->pos = h->has_pos[which] ? (int32_t *)p : NULL;
+    if (s->pos) p += pad8(4 * T);
+    uint64_t I = h->n_img[which];
+    if (h->has_img[which]) {
+        s->img_off = (int64_t *)p, p += 8 * (n + 1);
+        s->img_hw = (int32_t *)p, p += pad8(8 * I);
+        s->pix_off = (int64_t *)p, p += 8 * (I + 1);
+        s->pix = (uint8_t *)p;
+        s->vl = h->vl;
+    }
     s->n_dropped = h->n_dropped[which];
     memcpy(s->drop_reason, h->drop_reason[which], sizeof s->drop_reason);
     s->drop_reason[sizeof s->drop_reason - 1] = '\0';
@@ -174,6 +221,7 @@ static int map_split(int fd, size_t size, const cache_hdr *h, int which, lf_samp
     if (s->off[0] != 0 || (uint64_t)s->off[n] != T) return -1;
     for (uint64_t i = 0; i < n; i++)
         if (s->len[i] < 0 || s->off[i + 1] != s->off[i] + s->len[i]) return -1; /* no subtraction: a damaged file may hold any offsets */
+    if (h->has_img[which] && images_valid(h, s, I, h->pix[which]) != 0) return -1;
     return 0;
 }
 
@@ -191,8 +239,9 @@ static int open_cache(const char *path, const uint8_t *key, lf_samples *train, l
     if (ok) {
         uint64_t size = HDR_BYTES;
         for (int s = 0; s < 2 && ok; s++) {
-            ok = h.n[s] <= INT32_MAX && h.tok[s] <= ((uint64_t)1 << 40);
-            if (ok) size += split_bytes(h.n[s], h.tok[s], (int)h.has_pos[s]);
+            ok = h.n[s] <= INT32_MAX && h.tok[s] <= ((uint64_t)1 << 40) && h.n_img[s] <= ((uint64_t)1 << 40) &&
+                 h.pix[s] <= ((uint64_t)1 << 50) && h.has_img[s] <= 1 && h.has_pos[s] <= 1;
+            if (ok) size += split_bytes(&h, s);
         }
         ok = ok && size == (uint64_t)st.st_size;
     }
@@ -222,6 +271,9 @@ void lf_samples_free(lf_samples *s) {
         munmap(s->map_, s->map_len_);
     } else {
         free(s->len), free(s->ids), free(s->labels), free(s->off), free(s->pos);
+        free(s->img_off), free(s->img_hw), free(s->pix_off), free(s->pix);
     }
     memset(s, 0, sizeof *s);
 }
+
+int64_t lf_samples_images(const lf_samples *s) { return s->img_off ? s->img_off[s->n] : 0; }

@@ -39,10 +39,10 @@ int lf_chat_prompt(const lf_chat *c, const char *system, const char *const *turn
     msg[n] = (lf_msg){.role = LF_ASSISTANT, .s = "", .n = 0};
     const char *sys = system && *system ? system : "";
     lf_example e = {.msg = msg, .n_prompt = n, .n_resp = 1, .system = sys, .nsys = strlen(sys), .tools = "",
-                    .file = "chat", .rec = 0};
+                    .file = "chat", .rec = 0, .dsname = "chat"};
     lf_encode_opts o = {.cutoff = 1 << 30};
     tn_ids ids = {0}, labels = {0};
-    int rc = lf_encode_supervised(&c->t, &o, &e, &ids, &labels);
+    int rc = lf_encode_supervised(&c->t, &o, &e, NULL, &ids, &labels);
     if (rc == 0) {
         size_t k = 0;
         while (k < labels.n && labels.ids[k] == LF_IGNORE) k++;

@@ -4,7 +4,8 @@
  *
  * Owns (files src/data/lf_*.c): dataset_info.json entries; alpaca and sharegpt records in JSON, JSON
  * lines or txt files; several datasets concatenated in order, max_samples per dataset; the templates
- * default, qwen, qwen3, qwen3_nothink, llama3 rendered slot by slot AT TOKEN-ID LEVEL (each formatted
+ * default, qwen, qwen3, qwen3_nothink, llama3, qwen2_vl, qwen3_vl, qwen3_vl_nothink rendered slot by slot AT
+ * TOKEN-ID LEVEL (each formatted
  * slot string is tokenized on its own, so merges never cross slot boundaries but do cross the content
  * boundary inside a slot); tool descriptions and tool calls (LF's default, qwen and llama3 tool formats);
  * the qwen3 empty-<think> rule; labels -100 on every prompt token and every assistant turn trained
@@ -20,8 +21,18 @@
  * pad_token, add_bos_token), then LF's template fix: replace_eos makes the first stop word the EOS,
  * a missing EOS becomes <|endoftext|>, a missing PAD becomes the EOS.
  *
- * Not supported (refused by name): hub/remote datasets, formatting openai, preference/KTO/multimodal
- * columns, num_samples, csv/parquet/arrow files, other templates. Differences, on purpose: a folder's
+ * Images (the `images` column, lf_media.c): each path is joined to media_dir (default dataset_dir) when
+ * that file exists, else taken as written, as LF's converter does; the vision templates (qwen2_vl, qwen3_vl,
+ * qwen3_vl_nothink) need as many `<image>` tags in an example's messages as it has images and expand the k-th
+ * into <|vision_start|> + n_k <|image_pad|> + <|vision_end|> (LF's Qwen2-VL / Qwen3-VL mm_plugin), n_k from
+ * the image after data/vl_processor.h's pre-processing, whose uint8 result is kept with the sample (and in the
+ * cache); text-only datasets mix freely. Refused in one line naming the data file, dataset, record and image
+ * file: a missing or undecodable image, a tag count that differs from the image count, images under a
+ * template without vision support, image tokens cut by cutoff_len (LF would fail in the model), images with
+ * packing or stage pt.
+ *
+ * Not supported (refused by name): hub/remote datasets, formatting openai, preference/KTO columns, video and
+ * audio columns, num_samples, csv/parquet/arrow files, other templates. Differences, on purpose: a folder's
  * files are read in name order (LF: os.listdir order); val_size 1 is a count of one (HF refuses 1.0);
  * a tools column may also hold the list itself. Pre-training labels mask the PAD id, as HF's
  * DataCollatorForLanguageModeling does (matters when PAD == the appended EOS, e.g. template default
@@ -32,6 +43,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data/dataset.h"
+#include "data/vl_processor.h"
 #include "tokenizer/tokenizer.h"
 
 #define LF_IGNORE (-100)
@@ -53,6 +66,11 @@ typedef struct {               /* what the YAML says (keys of LLaMA-Factory) */
                                    tokenizer_config.json in the same folder gives bos/eos/pad/add_bos_token
                                    (required: without it EOS is unknown) */
     int enable_thinking;       /* LF `enable_thinking` for qwen3: 0 = LF default (true), 1 = true, -1 = false */
+    /* Images (vision-language data): */
+    const char *media_dir;     /* LF `media_dir` (NULL = dataset_dir) */
+    int64_t image_max_pixels, image_min_pixels; /* LF model args (0 = LF defaults 768*768, 32*32) */
+    const char *processor_path; /* preprocessor_config.json (NULL = beside tokenizer_path); read when a dataset
+                                   has an images column */
 } lf_data_args;
 
 typedef struct {
@@ -66,6 +84,14 @@ typedef struct {
                                   padding); NULL = 0 .. len-1 */
     int n_dropped;             /* examples LF drops (broken sharegpt roles or count, no response) */
     char drop_reason[200];     /* the first drop: file, record and why ("" when none) */
+    /* Images (NULL img_off: no sample has one). Sample i's images are [img_off[i], img_off[i+1]), in the order
+     * of their <|image_pad|> runs; image k is img_hw[2k] x img_hw[2k+1] RGB uint8 at pix + pix_off[k], ready
+     * for tn_vl_patchify with vl. */
+    int64_t *img_off;          /* [n + 1] */
+    int32_t *img_hw;           /* [n_img][2]: height, width */
+    int64_t *pix_off;          /* [n_img + 1] */
+    uint8_t *pix;
+    tn_vl_proc vl;             /* the processor settings the images were prepared with */
     void *map_;                /* internal: the mapped cache file these arrays point into (NULL = malloc'd) */
     size_t map_len_;
 } lf_samples;
@@ -78,6 +104,12 @@ typedef struct {
  * OpenMP threads. Returns 0, or -1 with tn_err set. */
 int lf_load(const lf_data_args *a, const tn_tokenizer *tok, lf_samples *train, lf_samples *eval);
 void lf_samples_free(lf_samples *s);
+/* Number of images of sample set s (0 without images). */
+int64_t lf_samples_images(const lf_samples *s);
+
+/* The training view of s (data/dataset.h): variable-length samples padded to S tokens, its images (when it has
+ * any) attached for tn_batch_fill_mm. d points into s, which must outlive it. */
+void lf_samples_dataset(const lf_samples *s, int S, tn_dataset *d);
 
 /* Maps an existing cache file. Every rank of a job can call lf_load after one rank wrote the cache (the
  * key is cheap to recompute): the file is mapped, so each rank reads from disk only the pages of the

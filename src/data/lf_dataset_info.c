@@ -2,7 +2,7 @@
  * LLaMA-Factory's defaults (parser.py): no "columns" key keeps instruction/input/output (alpaca) or
  * conversations (sharegpt); a "columns" object sets every column it does not name to none, and
  * likewise "tags" for the sharegpt tags. What tandem cannot load (hub datasets, preference and KTO
- * data, multimodal columns, random num_samples) is refused naming the entry and the key. */
+ * data, video and audio columns, random num_samples) is refused naming the entry and the key. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,14 +98,22 @@ static int parse_entry(const char *path, const char *text, const char *name, con
     } else if (opt_str(path, name, w, cols, "messages", has_cols ? NULL : "conversations", &d->messages)) {
         return -1;
     }
-    if (opt_str(path, name, w, cols, "system", NULL, &d->system) || opt_str(path, name, w, cols, "tools", NULL, &d->tools))
+    if (opt_str(path, name, w, cols, "system", NULL, &d->system) || opt_str(path, name, w, cols, "tools", NULL, &d->tools) ||
+        opt_str(path, name, w, cols, "images", NULL, &d->images))
         return -1;
-    static const char *const refused[] = {"images", "videos", "audios", "chosen", "rejected", "kto_tag"};
+    static const char *const media[] = {"videos", "audios"};
+    for (size_t k = 0; k < sizeof media / sizeof *media; k++) {
+        const lj_val *c = lj_get(cols, media[k]);
+        if (c && c->type != LJ_NULL)
+            return tn_err("%s: dataset '%s': columns.%s: %s are not supported yet (tandem trains on text and images)",
+                          path, name, media[k], k == 0 ? "videos" : "audio inputs");
+    }
+    static const char *const refused[] = {"chosen", "rejected", "kto_tag"};
     for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
         const lj_val *c = lj_get(cols, refused[k]);
         if (c && c->type != LJ_NULL)
-            return tn_err("%s: dataset '%s': columns.%s is not supported (text SFT and pre-training only: no "
-                          "multimodal, preference or KTO data)", path, name, refused[k]);
+            return tn_err("%s: dataset '%s': columns.%s is not supported (SFT and pre-training only: no preference "
+                          "or KTO data)", path, name, refused[k]);
     }
     if (!alpaca && !d->messages)
         return tn_err("%s: dataset '%s': sharegpt data needs columns.messages", path, name);
@@ -189,7 +197,7 @@ void lf_dsinfo_free(lf_dsinfo *d) {
     for (int i = 0; i < d->n; i++) {
         lf_dsattr *s = &d->ds[i];
         char **f[] = {&s->name, &s->file_name, &s->prompt, &s->query, &s->response, &s->history, &s->messages,
-                      &s->system, &s->tools, &s->role_tag, &s->content_tag, &s->user_tag, &s->assistant_tag,
+                      &s->system, &s->tools, &s->images, &s->role_tag, &s->content_tag, &s->user_tag, &s->assistant_tag,
                       &s->observation_tag, &s->function_tag, &s->system_tag};
         for (size_t k = 0; k < sizeof f / sizeof *f; k++) free(*f[k]);
     }

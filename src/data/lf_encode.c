@@ -10,7 +10,11 @@
  * qwen3 (ReasoningTemplate): a response without <think> or </think> gets the ids of
  * "<think>\n\n</think>\n\n" in front (trained; enable_thinking false: appended to the prompt,
  * masked, and every thought removed first); with mask_history earlier thoughts are removed and only
- * the last turn gets the empty block (LF's discarding_history_cot). */
+ * the last turn gets the empty block (LF's discarding_history_cot).
+ *
+ * Vision templates first expand the `<image>` tags of every message (LF's mm_plugin.process_messages runs
+ * before the template): their count must equal the example's images. After truncation every image's
+ * <|image_pad|> run must still be whole, else the model would get more image features than positions. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,14 +100,56 @@ static int encode_message(const lf_template *t, const lf_example *e, const lf_ms
     }
 }
 
-int lf_encode_supervised(const lf_template *t, const lf_encode_opts *o, const lf_example *e, tn_ids *ids,
-                         tn_ids *labels) {
+/* mm_plugin.process_messages: the tags of all messages against the example's images, then expanded. */
+static int expand_images(const lf_template *t, const lf_example *e, const int *img_tokens, lf_msg *msg, int n,
+                         lf_buf *expanded) {
+    int tags = 0;
+    for (int i = 0; i < n; i++) tags += lf_count_image_tags(msg[i].s, msg[i].n);
+    if (!t->def->vision) {
+        if (e->n_img == 0) return 0;  /* LF's base plugin leaves <image> as text */
+        return tn_err("%s: dataset '%s': record %d: %d image(s), but template '%s' takes no images (LLaMA-Factory: "
+                      "\"This model does not support image input\"; use qwen2_vl, qwen3_vl or qwen3_vl_nothink)",
+                      e->file, e->dsname, e->rec, e->n_img, t->def->name);
+    }
+    if (tags != e->n_img)
+        return tn_err("%s: dataset '%s': record %d: %d <image> tag(s) in the messages but %d image(s)%s%s%s "
+                      "(LLaMA-Factory needs one image per tag)", e->file, e->dsname, e->rec, tags, e->n_img,
+                      e->n_img ? " (first: '" : "", e->n_img ? e->img_raw[0] : "", e->n_img ? "')" : "");
+    int next = 0;
+    for (int i = 0; i < n && tags; i++) {
+        if (!lf_count_image_tags(msg[i].s, msg[i].n)) continue;
+        lf_expand_image_tags(msg[i].s, msg[i].n, img_tokens, &next, &expanded[i]);
+        msg[i].s = expanded[i].p, msg[i].n = expanded[i].n;
+    }
+    return 0;
+}
+
+/* Every image's run survived truncation (and no other text produced image pads). */
+static int check_image_runs(const lf_template *t, const lf_encode_opts *o, const lf_example *e, const int *img_tokens,
+                            const tn_ids *ids, size_t from) {
+    if (t->image_pad_id < 0) return 0;
+    int64_t want = 0, got = 0;
+    for (int k = 0; k < e->n_img; k++) want += img_tokens[k];
+    for (size_t i = from; i < ids->n; i++) got += ids->ids[i] == t->image_pad_id;
+    if (got == want) return 0;
+    if (got < want && want > 0)
+        return tn_err("%s: dataset '%s': record %d: cutoff_len %d cuts its %lld image tokens to %lld (the model needs "
+                      "every <|image_pad|> of an image; raise cutoff_len or lower image_max_pixels)", e->file, e->dsname,
+                      e->rec, o->cutoff, (long long)want, (long long)got);
+    return tn_err("%s: dataset '%s': record %d: %lld <|image_pad|> tokens for %d image(s) that need %lld (the text holds "
+                  "<|image_pad|> itself)", e->file, e->dsname, e->rec, (long long)got, e->n_img, (long long)want);
+}
+
+int lf_encode_supervised(const lf_template *t, const lf_encode_opts *o, const lf_example *e, const int *img_tokens,
+                         tn_ids *ids, tn_ids *labels) {
     int n = e->n_prompt + e->n_resp, rc = 0;
+    size_t first = ids->n;
     lf_msg *msg = tn_xmalloc((size_t)n * sizeof *msg);
     memcpy(msg, e->msg, (size_t)n * sizeof *msg);
     tn_ids *enc = tn_xcalloc((size_t)n, sizeof *enc);
-    lf_buf *thoughtless = tn_xcalloc((size_t)n, sizeof *thoughtless);
+    lf_buf *thoughtless = tn_xcalloc((size_t)n, sizeof *thoughtless), *expanded = tn_xcalloc((size_t)n, sizeof *expanded);
     lf_buf sb = {0}, tmp = {0};
+    if (expand_images(t, e, img_tokens, msg, n, expanded) != 0) n = 0, rc = -1;
     int reasoning = t->def->reasoning, discard = reasoning && o->mask_history;
     for (int i = 1; reasoning && i < n; i += 2) {
         if (t->enable_thinking && !(discard && i < n - 2)) continue;
@@ -143,8 +189,9 @@ int lf_encode_supervised(const lf_template *t, const lf_encode_opts *o, const lf
         for (int j = 0; j < tlen[k] && rc == 0; j++)
             rc = tn_ids_push(ids, tgt->ids[j]) || tn_ids_push(labels, masked ? LF_IGNORE : tgt->ids[j]);
     }
-    for (int i = 0; i < n; i++) tn_ids_free(&enc[i]), free(thoughtless[i].p);
-    free(enc), free(thoughtless), free(msg), free(slen), free(tlen), free(order);
+    if (rc == 0 && t->def->vision) rc = check_image_runs(t, o, e, img_tokens, ids, first);
+    for (int i = 0; i < e->n_prompt + e->n_resp; i++) tn_ids_free(&enc[i]), free(thoughtless[i].p), free(expanded[i].p);
+    free(enc), free(thoughtless), free(expanded), free(msg), free(slen), free(tlen), free(order);
     free(sb.p), free(tmp.p);
     return rc ? -1 : 0;
 }

@@ -8,7 +8,9 @@
  * alpaca: user turn = prompt + "\n" + query (each only if non-empty), history pairs become earlier
  * turns, the response only if it is a string (else no response: LF drops the example in SFT).
  * sharegpt: an optional leading system turn, then roles alternating user|observation and
- * assistant|function; a wrong role or an odd count marks the example broken (LF drops it). */
+ * assistant|function; a wrong role or an odd count marks the example broken (LF drops it).
+ * images (either format): a path or a list of paths; each is media_dir/path when that is a file, else the
+ * path as written (LF's _find_medias); the files are opened only when the example is encoded. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -326,7 +328,38 @@ static int align_sharegpt(const actx *c, const lj_val *r, lf_example *e, const l
     return 0;
 }
 
-int lf_align_dataset(const lf_dsattr *ds, const lf_file *files, int n_files, int max_samples, lf_examples *out) {
+/* os.path.isfile */
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int align_images(const actx *c, const lj_val *r, const char *media_dir, lf_example *e) {
+    const lj_val *v = lj_get(r, c->ds->images);
+    if (!v || v->type == LJ_NULL) return 0;
+    if (v->type != LJ_STR && v->type != LJ_ARR)
+        return tn_err("%s: record %d: images column '%s' must be an image path or a list of them (got %s)", c->path, c->rec,
+                      c->ds->images, lj_type_name(v->type));
+    int n = v->type == LJ_STR ? 1 : (int)v->n, k = 0;
+    if (n == 0) return 0;
+    const char **img = lf_alloc(c->a, (size_t)n * sizeof *img), **raw = lf_alloc(c->a, (size_t)n * sizeof *raw);
+    for (const lj_val *x = v->type == LJ_STR ? v : v->child; x && k < n; x = x->next, k++) {
+        if (x->type != LJ_STR || x->n == 0 || memchr(x->s, '\0', x->n))
+            return tn_err("%s: record %d: %s[%d] must be an image file path (a non-empty string, got %s)", c->path, c->rec,
+                          c->ds->images, k, x->type == LJ_STR ? "an empty or NUL-holding string" : lj_type_name(x->type));
+        raw[k] = x->s, img[k] = x->s;
+        if (media_dir && x->s[0] != '/') {
+            char *joined = tn_path_join(media_dir, x->s);
+            if (is_file(joined)) img[k] = lf_strndup(c->a, joined, strlen(joined));
+            free(joined);
+        }
+    }
+    e->n_img = n, e->img = img, e->img_raw = raw;
+    return 0;
+}
+
+int lf_align_dataset(const lf_dsattr *ds, const lf_file *files, int n_files, int max_samples, const char *media_dir,
+                     lf_examples *out) {
     records r = {0};
     int rc = 0;
     for (int f = 0; f < n_files && rc == 0; f++)
@@ -334,8 +367,8 @@ int lf_align_dataset(const lf_dsattr *ds, const lf_file *files, int n_files, int
                                           : read_json_records(&out->arena, &files[f], f, &r);
     if (rc == 0 && r.n == 0) rc = tn_err("%s: dataset '%s' has no records", files[0].path, ds->name);
     /* a mapped column no record has is LF's KeyError */
-    const char *cols[] = {ds->prompt, ds->query, ds->response, ds->history, ds->messages, ds->system, ds->tools};
-    const char *what[] = {"prompt", "query", "response", "history", "messages", "system", "tools"};
+    const char *cols[] = {ds->prompt, ds->query, ds->response, ds->history, ds->messages, ds->system, ds->tools, ds->images};
+    const char *what[] = {"prompt", "query", "response", "history", "messages", "system", "tools", "images"};
     for (size_t k = 0; k < sizeof cols / sizeof *cols && rc == 0 && r.n > 0; k++) {
         if (!cols[k]) continue;
         int found = 0;
@@ -347,6 +380,7 @@ int lf_align_dataset(const lf_dsattr *ds, const lf_file *files, int n_files, int
     int take = max_samples > 0 && max_samples < r.n ? max_samples : r.n;
     const char **paths = tn_xcalloc((size_t)(n_files ? n_files : 1), sizeof *paths);
     for (int f = 0; f < n_files; f++) paths[f] = lf_strndup(&out->arena, files[f].path, strlen(files[f].path));
+    const char *dsname = lf_strndup(&out->arena, ds->name, strlen(ds->name));
     for (int i = 0; i < take && rc == 0; i++) {
         if (out->n == out->cap) {
             out->cap = out->cap ? 2 * out->cap : 1024;
@@ -355,7 +389,7 @@ int lf_align_dataset(const lf_dsattr *ds, const lf_file *files, int n_files, int
         lf_example *e = &out->ex[out->n];
         memset(e, 0, sizeof *e);
         actx c = {ds, &out->arena, paths[r.fidx[i]], r.ridx[i]};
-        e->file = c.path, e->rec = c.rec;
+        e->file = c.path, e->rec = c.rec, e->dsname = dsname;
         const lj_val *sys = NULL;
         int turn_sys = 0;
         rc = ds->formatting == LF_ALPACA ? align_alpaca(&c, r.rec[i], e) : align_sharegpt(&c, r.rec[i], e, &sys, &turn_sys);
@@ -368,6 +402,7 @@ int lf_align_dataset(const lf_dsattr *ds, const lf_file *files, int n_files, int
                 rc = tn_err("%s: record %d: tools column '%s' must be a JSON string or a list (got %s)", c.path, c.rec,
                             ds->tools, lj_type_name(tools->type));
         }
+        if (rc == 0 && ds->images) rc = align_images(&c, r.rec[i], media_dir, e);
         if (rc != 0) break;
         e->system = sys ? sys->s : "", e->nsys = sys ? sys->n : 0;
         if (tools && tools->type == LJ_ARR) {  /* a list in the file: use its JSON text, as if it were a string */

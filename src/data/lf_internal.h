@@ -55,7 +55,7 @@ typedef struct {
     char *name, *file_name;
     int formatting;
     /* columns (NULL = none) */
-    char *prompt, *query, *response, *history, *messages, *system, *tools;
+    char *prompt, *query, *response, *history, *messages, *system, *tools, *images;
     /* sharegpt tags (NULL = none) */
     char *role_tag, *content_tag, *user_tag, *assistant_tag, *observation_tag, *function_tag, *system_tag;
     const char *entry;     /* the entry's JSON text in dataset_info.json (hashed into the cache key) */
@@ -83,6 +83,10 @@ typedef struct {
     const char *bad;       /* why LF's converter marks it broken (NULL = fine) */
     const char *file;      /* for messages: the data file and the record index in it */
     int rec;
+    const char *dsname;    /* its dataset's name in dataset_info.json */
+    int n_img;             /* images: paths as LF resolves them (media_dir joined when that file exists) */
+    const char *const *img;
+    const char *const *img_raw; /* as written in the record */
 } lf_example;
 typedef struct {
     lf_arena arena;        /* examples, messages and decoded strings */
@@ -94,8 +98,10 @@ enum { LF_FILE_JSON, LF_FILE_TXT };
 /* The files of a dataset (file_name is a file or a folder, whose files are taken in name order), read. */
 int lf_dataset_files(const char *dataset_dir, const lf_dsattr *ds, lf_file **files, int *n);
 void lf_files_free(lf_file *f, int n);
-/* Aligns the records of the files (the first max_samples of the dataset when > 0) and appends them. */
-int lf_align_dataset(const lf_dsattr *ds, const lf_file *files, int n_files, int max_samples, lf_examples *out);
+/* Aligns the records of the files (the first max_samples of the dataset when > 0) and appends them. Image
+ * paths are resolved against media_dir (NULL: none given; "." is not assumed). */
+int lf_align_dataset(const lf_dsattr *ds, const lf_file *files, int n_files, int max_samples, const char *media_dir,
+                     lf_examples *out);
 void lf_examples_free(lf_examples *e);
 
 /* ---- templates (lf_template.c, lf_tools.c) ---- */
@@ -110,6 +116,7 @@ typedef struct {
     const char *default_system;
     const char *stop0;     /* first stop word (the EOS when replace_eos) or NULL */
     int replace_eos, reasoning;
+    int vision;            /* LF's qwen2_vl / qwen3_vl mm_plugin: <image> tags expand to vision tokens */
 } lf_template_def;
 
 typedef struct {
@@ -124,6 +131,7 @@ typedef struct {
     int32_t *think_ids;               /* encode("<think>\n\n</think>\n\n") */
     size_t n_think;
     char date[32];                    /* llama3 tool prompt: "%d %b %Y" of today */
+    int32_t image_pad_id;             /* vision templates: <|image_pad|> (-1 otherwise) */
 } lf_template;
 /* Resolves the template against the tokenizer; tokenizer_config.json beside tokenizer_path may be absent. */
 int lf_template_init(lf_template *t, const char *name, const tn_tokenizer *tok, const char *tokenizer_path,
@@ -144,10 +152,24 @@ typedef struct {
     int train_on_prompt, mask_history;
     int packing;           /* resolved */
     int pt;
+    const tn_vl_proc *vl;  /* image processor (NULL: no dataset has an images column) */
 } lf_encode_opts;
-/* One SFT example -> ids/labels (appended). Returns 0, or -1 + tn_err. */
-int lf_encode_supervised(const lf_template *t, const lf_encode_opts *o, const lf_example *e, tn_ids *ids,
-                         tn_ids *labels);
+/* One SFT example -> ids/labels (appended). img_tokens[k]: <|image_pad|> count of image k (NULL when the example
+ * has none). Returns 0, or -1 + tn_err. */
+int lf_encode_supervised(const lf_template *t, const lf_encode_opts *o, const lf_example *e, const int *img_tokens,
+                         tn_ids *ids, tn_ids *labels);
+
+/* ---- images (lf_media.c) ---- */
+typedef struct { int h, w; uint8_t *rgb; } lf_img;  /* a prepared image: h x w x 3 */
+/* Reads, decodes and prepares example e's images (out[k], tokens[k]); 0, or -1 + tn_err naming the data file,
+ * dataset, record and image file. */
+int lf_images_prepare(const tn_vl_proc *vl, const lf_example *e, lf_img *out, int *tokens);
+void lf_imgs_free(lf_img *img, int n);
+/* The `<image>` tags in s[0..n). */
+int lf_count_image_tags(const char *s, size_t n);
+/* s with each <image> tag replaced by <|vision_start|> + tokens[k] x <|image_pad|> + <|vision_end|>, k counting
+ * on from *next. */
+void lf_expand_image_tags(const char *s, size_t n, const int *tokens, int *next, lf_buf *out);
 void lf_infer_seqlen(int source_len, int target_len, int cutoff_len, int *src_out, int *tgt_out);
 /* One example for generation, as LF's UnsupervisedDatasetProcessor with Template.encode_oneturn: the prompt is every
  * turn but the last (up to the assistant header), the label the last assistant turn as encoded (template suffix
@@ -163,8 +185,16 @@ typedef struct {
     int n, cap, has_pos;
     int n_dropped;
     char drop_reason[200];
+    int has_img;           /* images kept (an image column was read) */
+    int64_t *img_off, *pix_off;  /* per sample / per image, as in lf_samples */
+    int32_t *img_hw;
+    uint8_t *pix;
+    int64_t n_img, cap_img;
+    size_t n_pix, cap_pix;
 } lf_build;
 void lf_build_add(lf_build *b, const int32_t *ids, const int32_t *labels, const int32_t *pos, size_t n);
+/* The images of the sample lf_build_add just added (call after it, also with n = 0, when has_img). */
+void lf_build_add_images(lf_build *b, const lf_img *img, int n);
 void lf_build_drop(lf_build *b, const lf_example *e, const char *why);
 void lf_build_finish(lf_build *b, lf_samples *out);
 void lf_build_free(lf_build *b);

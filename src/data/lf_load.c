@@ -1,7 +1,9 @@
 /* lf_load.c -- LLaMA-Factory's get_dataset for stages sft and pt: dataset_info entries -> files ->
  * aligned rows (max_samples per dataset, datasets concatenated in order) -> train_test_split when
  * val_size -> the stage's processor on each split. Every input is hashed first so that a matching
- * cache file is mapped without parsing or tokenizing anything. */
+ * cache file is mapped without parsing or tokenizing anything -- except with an images column: the rows
+ * are aligned first to find the image files, whose bytes key the cache too (with preprocessor_config.json,
+ * image_max/min_pixels and media_dir). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,62 @@ static int key_file(lf_sha256 *h, const char *label, const char *path, int optio
     return 0;
 }
 
+/* The file `name` in the folder of path. */
+static char *beside(const char *path, const char *name) {
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? tn_xstrdup(path) : tn_xstrdup(".");
+    if (slash) dir[slash - path + (slash == path)] = '\0';
+    char *p = tn_path_join(dir, name);
+    free(dir);
+    return p;
+}
+
+/* Datasets with an images column: what they need (the processor, with a vision template), what they exclude. */
+static int vision_setup(const lf_data_args *a, const lf_template *t, const lf_dsinfo *info, const lf_encode_opts *o,
+                        tn_vl_proc *vl, int *any) {
+    *any = 0;
+    const char *name = NULL;
+    for (int d = 0; d < info->n; d++)
+        if (info->ds[d].images) *any = 1, name = name ? name : info->ds[d].name;
+    if (!*any) return 0;
+    if (o->pt) return tn_err("dataset '%s' has images: stage pt takes text only in tandem (use stage sft)", name);
+    if (o->packing) return tn_err("dataset '%s' has images: packing with images is not supported yet (set packing: false)", name);
+    if (!t->def->vision) return 0;  /* each example with images is refused when it is encoded, as LF does */
+    char *path = a->processor_path ? tn_xstrdup(a->processor_path) : beside(a->tokenizer_path, "preprocessor_config.json");
+    int rc = 0;
+    if (!tn_file_exists(path))
+        rc = tn_err("%s: not found; the images of dataset '%s' need the model's image processor settings (template %s)",
+                    path, name, t->def->name);
+    else if (tn_vl_proc_load(path, vl) != 0 || tn_vl_proc_set_lf_limits(vl, a->image_max_pixels, a->image_min_pixels) != 0)
+        rc = -1;
+    free(path);
+    return rc;
+}
+
+/* Every image file's bytes (an absent file: a marker; it is refused when its example is encoded, as in LF). */
+static void key_images(lf_sha256 *h, const lf_examples *ex) {
+    for (int i = 0; i < ex->n; i++)
+        for (int k = 0; k < ex->ex[i].n_img; k++) {
+            const char *p = ex->ex[i].img[k];
+            key_str(h, "image", p);
+            size_t n;
+            char *b = tn_file_exists(p) ? tn_read_file(p, &n, (size_t)1 << 30) : NULL;
+            if (b) key_bytes(h, "image bytes", b, n);
+            else key_str(h, "image bytes", "(unreadable)");
+            free(b);
+        }
+}
+
+static void key_vision(lf_sha256 *h, const lf_data_args *a, const tn_vl_proc *v) {
+    key_int(h, "patch_size", v->patch_size), key_int(h, "temporal_patch_size", v->temporal_patch_size);
+    key_int(h, "merge_size", v->merge_size), key_int(h, "min_pixels", v->min_pixels), key_int(h, "max_pixels", v->max_pixels);
+    key_int(h, "do_rescale", v->do_rescale), key_int(h, "do_normalize", v->do_normalize);
+    key_bytes(h, "rescale_factor", &v->rescale_factor, sizeof v->rescale_factor);
+    key_bytes(h, "image_mean", v->image_mean, sizeof v->image_mean), key_bytes(h, "image_std", v->image_std, sizeof v->image_std);
+    key_int(h, "image_max_pixels", v->lf_max_pixels), key_int(h, "image_min_pixels", v->lf_min_pixels);
+    key_str(h, "media_dir", a->media_dir ? a->media_dir : a->dataset_dir ? a->dataset_dir : "data");
+}
+
 static int check_args(const lf_data_args *a, lf_samples *eval, int *pt) {
     const char *stage = a->stage ? a->stage : "sft";
     if (strcmp(stage, "sft") == 0) *pt = 0;
@@ -50,6 +108,7 @@ static int check_args(const lf_data_args *a, lf_samples *eval, int *pt) {
 static int run_split(const lf_template *t, const lf_encode_opts *o, const lf_example *const *ex, int n, lf_samples *out,
                      const char *which) {
     if (lf_process(t, o, ex, n, out) != 0) return -1;
+    if (out->img_off) out->vl = *o->vl;
     if (out->n == 0) {
         int rc = o->pt ? tn_err("%s split: no pre-training block of %d tokens could be filled (too little text)", which,
                                 o->cutoff)
@@ -77,15 +136,26 @@ int lf_load(const lf_data_args *a, const tn_tokenizer *tok, lf_samples *train, l
     lf_template t;
     if (lf_template_init(&t, a->template_name, tok, a->tokenizer_path, a->enable_thinking >= 0 ? 1 : -1) != 0) return -1;
     lf_dsinfo info;
-    if (lf_dsinfo_load(a->dataset_dir ? a->dataset_dir : "data", a->dataset, &info) != 0) {
+    const char *dataset_dir = a->dataset_dir ? a->dataset_dir : "data";
+    if (lf_dsinfo_load(dataset_dir, a->dataset, &info) != 0) {
         lf_template_free(&t);
         return -1;
     }
+    tn_vl_proc vl;
+    memset(&vl, 0, sizeof vl);
+    int any_images = 0;
+    if (vision_setup(a, &t, &info, &o, &vl, &any_images) != 0) {
+        lf_dsinfo_free(&info);
+        lf_template_free(&t);
+        return -1;
+    }
+    if (any_images && t.def->vision) o.vl = &vl;
+    const char *media_dir = a->media_dir ? a->media_dir : dataset_dir;  /* LF: media_dir defaults to dataset_dir */
     lf_file **files = tn_xcalloc((size_t)info.n, sizeof *files);
     int *nfiles = tn_xcalloc((size_t)info.n, sizeof *nfiles), rc = 0, any_tools = 0;
     lf_sha256 h;
     lf_sha256_init(&h);
-    key_str(&h, "tandem lf cache", "1");
+    key_str(&h, "tandem lf cache", "2");
     key_str(&h, "stage", pt ? "pt" : "sft");
     key_str(&h, "template", t.def->name);
     key_int(&h, "cutoff", o.cutoff), key_int(&h, "packing", o.packing), key_int(&h, "max_samples", a->max_samples);
@@ -99,7 +169,7 @@ int lf_load(const lf_data_args *a, const tn_tokenizer *tok, lf_samples *train, l
         key_str(&h, "dataset", info.ds[d].name);
         key_bytes(&h, "entry", info.ds[d].entry, info.ds[d].entry_len);
         any_tools |= info.ds[d].tools != NULL;
-        if ((rc = lf_dataset_files(a->dataset_dir ? a->dataset_dir : "data", &info.ds[d], &files[d], &nfiles[d])) != 0) break;
+        if ((rc = lf_dataset_files(dataset_dir, &info.ds[d], &files[d], &nfiles[d])) != 0) break;
         for (int f = 0; f < nfiles[d]; f++) {
             const char *slash = strrchr(files[d][f].path, '/');
             key_str(&h, "file", slash ? slash + 1 : files[d][f].path);
@@ -109,12 +179,18 @@ int lf_load(const lf_data_args *a, const tn_tokenizer *tok, lf_samples *train, l
     if (rc == 0 && any_tools && t.def->tool_format == LF_TOOLS_LLAMA3) key_str(&h, "date", t.date);
     if (rc == 0) rc = key_file(&h, "tokenizer.json", a->tokenizer_path, 0);
     if (rc == 0) {
-        const char *slash = strrchr(a->tokenizer_path, '/');
-        char *dir = slash ? tn_xstrdup(a->tokenizer_path) : tn_xstrdup(".");
-        if (slash) dir[slash - a->tokenizer_path + (slash == a->tokenizer_path)] = '\0';
-        char *cfg = tn_path_join(dir, "tokenizer_config.json");
+        char *cfg = beside(a->tokenizer_path, "tokenizer_config.json");
         rc = key_file(&h, "tokenizer_config.json", cfg, 1);
-        free(cfg), free(dir);
+        free(cfg);
+    }
+    lf_examples ex = {0};
+    int aligned = 0;
+    if (rc == 0 && any_images) { /* the rows name the image files: aligned before the key is complete */
+        for (int d = 0; d < info.n && rc == 0; d++)
+            rc = lf_align_dataset(&info.ds[d], files[d], nfiles[d], a->max_samples, media_dir, &ex);
+        aligned = 1;
+        if (rc == 0) key_images(&h, &ex);
+        if (rc == 0 && o.vl) key_vision(&h, a, &vl);
     }
     uint8_t key[32];
     lf_sha256_final(&h, key);
@@ -130,11 +206,10 @@ int lf_load(const lf_data_args *a, const tn_tokenizer *tok, lf_samples *train, l
         if (hit < 0) rc = -1;
     }
 
-    lf_examples ex = {0};
     const lf_example **rows = NULL;
     int64_t *perm = NULL;
-    for (int d = 0; d < info.n && rc == 0 && !hit; d++)
-        rc = lf_align_dataset(&info.ds[d], files[d], nfiles[d], a->max_samples, &ex);
+    for (int d = 0; d < info.n && rc == 0 && !hit && !aligned; d++)
+        rc = lf_align_dataset(&info.ds[d], files[d], nfiles[d], a->max_samples, media_dir, &ex);
     for (int d = 0; d < info.n; d++) lf_files_free(files[d], nfiles[d]);
     free(files), free(nfiles);
     if (rc == 0 && !hit) {
@@ -166,4 +241,14 @@ int lf_load(const lf_data_args *a, const tn_tokenizer *tok, lf_samples *train, l
     lf_dsinfo_free(&info);
     lf_template_free(&t);
     return rc;
+}
+
+void lf_samples_dataset(const lf_samples *s, int S, tn_dataset *d) {
+    memset(d, 0, sizeof *d);
+    d->n = s->n, d->S = S;
+    d->var_ids = s->ids, d->var_labels = s->labels, d->var_off = s->off;
+    if (s->img_off) {
+        d->img_off = s->img_off, d->pix_off = s->pix_off, d->img_hw = s->img_hw, d->pix = s->pix;
+        d->vl = &s->vl;
+    }
 }

@@ -11,7 +11,9 @@
  *     packing concatenates a batch and cuts blocks of cutoff (remainder dropped, first token set to
  *     BOS when the tokenizer adds BOS); without packing each text is cut to cutoff (BOS text in front
  *     when it adds BOS). Labels are the ids, except PAD ids, which HF's DataCollatorForLanguageModeling
- *     sets to -100. */
+ *     sets to -100.
+ * Images (sft without packing only): each example's images are prepared on the thread that encodes it and
+ * kept with its sample (lf_build_add_images). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,34 @@ void lf_build_add(lf_build *b, const int32_t *ids, const int32_t *labels, const 
     }
 }
 
+void lf_build_add_images(lf_build *b, const lf_img *img, int n) {
+    int fresh = b->img_off == NULL;
+    b->img_off = tn_xrealloc(b->img_off, ((size_t)b->cap + 1) * sizeof *b->img_off);  /* cap >= n: lf_build_add */
+    if (fresh) {
+        b->img_off[0] = 0;
+        for (int i = 1; i < b->n; i++) b->img_off[i] = 0;  /* samples added before any image column was seen */
+    }
+    if (b->n_img + n > b->cap_img) {
+        int fresh_pix = b->pix_off == NULL;
+        b->cap_img = (b->n_img + n) * 2;
+        b->img_hw = tn_xrealloc(b->img_hw, (size_t)b->cap_img * 2 * sizeof *b->img_hw);
+        b->pix_off = tn_xrealloc(b->pix_off, ((size_t)b->cap_img + 1) * sizeof *b->pix_off);
+        if (fresh_pix) b->pix_off[0] = 0;
+    }
+    for (int k = 0; k < n; k++) {
+        size_t bytes = (size_t)img[k].h * img[k].w * 3;
+        if (b->n_pix + bytes > b->cap_pix) {
+            b->cap_pix = (b->n_pix + bytes) * 2;
+            b->pix = tn_xrealloc(b->pix, b->cap_pix);
+        }
+        memcpy(b->pix + b->n_pix, img[k].rgb, bytes);
+        b->img_hw[2 * b->n_img] = img[k].h, b->img_hw[2 * b->n_img + 1] = img[k].w;
+        b->n_pix += bytes;
+        b->pix_off[++b->n_img] = (int64_t)b->n_pix;
+    }
+    b->img_off[b->n] = b->n_img;  /* the sample just added is n - 1: its images end here */
+}
+
 void lf_build_drop(lf_build *b, const lf_example *e, const char *why) {
     if (b->n_dropped++ == 0)
         snprintf(b->drop_reason, sizeof b->drop_reason, "%s: record %d: %s", e->file, e->rec, why);
@@ -50,12 +80,18 @@ void lf_build_finish(lf_build *b, lf_samples *out) {
     for (int i = 0; i < b->n; i++) out->off[i + 1] = out->off[i] + out->len[i];
     out->n_dropped = b->n_dropped;
     memcpy(out->drop_reason, b->drop_reason, sizeof out->drop_reason);
+    if (b->has_img) {  /* every sample has an image range, possibly empty */
+        out->img_off = b->img_off ? b->img_off : tn_xcalloc((size_t)b->n + 1, sizeof *out->img_off);
+        out->pix_off = b->pix_off ? b->pix_off : tn_xcalloc(1, sizeof *out->pix_off);
+        out->img_hw = b->img_hw ? b->img_hw : tn_xcalloc(1, sizeof *out->img_hw);
+        out->pix = b->pix ? b->pix : tn_xcalloc(1, 1);
+    }
     memset(b, 0, sizeof *b);
 }
 
 void lf_build_free(lf_build *b) {
     tn_ids_free(&b->ids), tn_ids_free(&b->labels), tn_ids_free(&b->pos);
-    free(b->len);
+    free(b->len), free(b->img_off), free(b->pix_off), free(b->img_hw), free(b->pix);
     memset(b, 0, sizeof *b);
 }
 
@@ -108,10 +144,31 @@ static int pt_text(const lf_template *t, const lf_example *e, int with_bos, lf_b
     return tn_tokenizer_encode(t->tok, sb->p, sb->n, t->parse_special, out);
 }
 
-/* Encodes every row on all threads (the tokenizer is read-only); enc[i] stays empty where skip[i]. The error
- * of the first failing row is made again on this thread, where tn_err's message lives. */
+/* One SFT example with its images prepared first (their token counts fill the <image> tags); *img gets them
+ * (NULL when it has none). */
+static int encode_sft(const lf_template *t, const lf_encode_opts *o, const lf_example *e, tn_ids *ids, tn_ids *lab,
+                      lf_img **img) {
+    *img = NULL;
+    int *tokens = NULL, n = e->n_img, rc = 0;
+    lf_img *im = NULL;
+    if (n && t->def->vision) {  /* a template without vision refuses the images in lf_encode_supervised */
+        if (!o->vl) return tn_err("%s: record %d: images but no image processor", e->file, e->rec);
+        im = tn_xcalloc((size_t)n, sizeof *im), tokens = tn_xcalloc((size_t)n, sizeof *tokens);
+        rc = lf_images_prepare(o->vl, e, im, tokens);
+        if (rc != 0) free(im), im = NULL;
+    }
+    if (rc == 0) rc = lf_encode_supervised(t, o, e, tokens, ids, lab);
+    free(tokens);
+    if (rc != 0 && im) lf_imgs_free(im, n), free(im), im = NULL;
+    *img = im;
+    return rc;
+}
+
+/* Encodes every row on all threads (the tokenizer is read-only; images are decoded on the row's thread);
+ * enc[i] stays empty where skip[i]. The error of the first failing row is made again on this thread, where
+ * tn_err's message lives. */
 static int encode_rows(const lf_template *t, const lf_encode_opts *o, const lf_example *const *ex, int n,
-                       const unsigned char *skip, tn_ids *enc, tn_ids *lab) {
+                       const unsigned char *skip, tn_ids *enc, tn_ids *lab, lf_img **imgs) {
     int bad = n;
 #pragma omp parallel reduction(min : bad)
     {
@@ -120,7 +177,7 @@ static int encode_rows(const lf_template *t, const lf_encode_opts *o, const lf_e
         for (int i = 0; i < n; i++) {
             if (skip && skip[i]) continue;
             int rc = o->pt ? pt_text(t, ex[i], !o->packing && t->add_bos, &sb, &enc[i])
-                           : lf_encode_supervised(t, o, ex[i], &enc[i], &lab[i]);
+                           : encode_sft(t, o, ex[i], &enc[i], &lab[i], &imgs[i]);
             if (rc != 0 && i < bad) bad = i;
         }
         free(sb.p);
@@ -128,24 +185,27 @@ static int encode_rows(const lf_template *t, const lf_encode_opts *o, const lf_e
     if (bad == n) return 0;
     tn_ids x = {0}, y = {0};
     lf_buf sb = {0};
+    lf_img *img = NULL;
     if (o->pt) pt_text(t, ex[bad], !o->packing && t->add_bos, &sb, &x);
-    else lf_encode_supervised(t, o, ex[bad], &x, &y);
+    else encode_sft(t, o, ex[bad], &x, &y, &img);
+    if (img) lf_imgs_free(img, ex[bad]->n_img), free(img);
     tn_ids_free(&x), tn_ids_free(&y);
     free(sb.p);
     return -1;
 }
 
-static void free_rows(tn_ids *enc, tn_ids *lab, int n) {
+static void free_rows(tn_ids *enc, tn_ids *lab, lf_img **imgs, const lf_example *const *ex, int n) {
     for (int i = 0; i < n; i++) {
         tn_ids_free(&enc[i]);
         if (lab) tn_ids_free(&lab[i]);
+        if (imgs && imgs[i]) lf_imgs_free(imgs[i], ex[i]->n_img), free(imgs[i]);
     }
-    free(enc), free(lab);
+    free(enc), free(lab), free(imgs);
 }
 
 static int process_pt(const lf_template *t, const lf_encode_opts *o, const lf_example *const *ex, int n, lf_build *b) {
     tn_ids *enc = tn_xcalloc((size_t)n + 1, sizeof *enc), cat = {0}, labels = {0};
-    int rc = encode_rows(t, o, ex, n, NULL, enc, NULL);
+    int rc = encode_rows(t, o, ex, n, NULL, enc, NULL, NULL);
     for (int s = 0; s < n && rc == 0; s += LF_MAP_BATCH) {
         int e_end = s + LF_MAP_BATCH < n ? s + LF_MAP_BATCH : n;
         if (!o->packing) {
@@ -172,7 +232,7 @@ static int process_pt(const lf_template *t, const lf_encode_opts *o, const lf_ex
             lf_build_add(b, blk.ids, labels.ids, NULL, block);
         }
     }
-    free_rows(enc, NULL, n);
+    free_rows(enc, NULL, NULL, ex, n);
     tn_ids_free(&cat), tn_ids_free(&labels);
     return rc;
 }
@@ -189,10 +249,15 @@ static int process_sft(const lf_template *t, const lf_encode_opts *o, const lf_e
     unsigned char *skip = tn_xcalloc((size_t)n + 1, 1);
     for (int i = 0; i < n; i++) skip[i] = !sft_valid(ex[i], b);
     tn_ids *enc = tn_xcalloc((size_t)n + 1, sizeof *enc), *lab = tn_xcalloc((size_t)n + 1, sizeof *lab);
-    int rc = encode_rows(t, o, ex, n, skip, enc, lab);
+    lf_img **imgs = tn_xcalloc((size_t)n + 1, sizeof *imgs);
+    int rc = encode_rows(t, o, ex, n, skip, enc, lab, imgs);
+    b->has_img = o->vl != NULL;
     if (rc == 0 && !o->packing) {
-        for (int i = 0; i < n; i++)
-            if (!skip[i]) lf_build_add(b, enc[i].ids, lab[i].ids, NULL, enc[i].n);
+        for (int i = 0; i < n; i++) {
+            if (skip[i]) continue;
+            lf_build_add(b, enc[i].ids, lab[i].ids, NULL, enc[i].n);
+            if (b->has_img) lf_build_add_images(b, imgs[i], imgs[i] ? ex[i]->n_img : 0);
+        }
     }
     if (rc == 0 && o->packing) {
         b->has_pos = 1;
@@ -240,7 +305,7 @@ static int process_sft(const lf_template *t, const lf_encode_opts *o, const lf_e
         free(row), free(lengths), free(bin), free(stack_head), free(stack_next);
         free(pk_ids), free(pk_lab), free(pk_pos);
     }
-    free_rows(enc, lab, n);
+    free_rows(enc, lab, imgs, ex, n);
     free(skip);
     return rc;
 }

@@ -27,24 +27,34 @@
 #define LLAMA3_OBS "<|start_header_id|>ipython<|end_header_id|>\n\n{{content}}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
 
 /* name, user, assistant, system, observation, function, prefix, tools, default system, stop0, replace_eos,
- * reasoning. Unset observation = user, function = assistant slots (register_template's defaults). */
+ * reasoning, vision. Unset observation = user, function = assistant slots (register_template's defaults). The
+ * vision templates are qwen / qwen3 / qwen3_nothink with LF's Qwen2-VL / Qwen3-VL mm_plugin (qwen2_vl keeps
+ * Qwen2-VL's own default system prompt). */
 static const lf_template_def k_templates[] = {
     {"default", F3(T("Human: {{content}}"), EOS, T("\nAssistant:")), F3(T("{{content}}"), EOS, T("\n")),
      F3(T("System: {{content}}"), EOS, T("\n")), F3(T("Human: {{content}}"), EOS, T("\nAssistant:")),
-     F3(T("{{content}}"), EOS, T("\n")), {{{0, NULL}}, 0}, LF_TOOLS_DEFAULT, "", NULL, 0, 0},
+     F3(T("{{content}}"), EOS, T("\n")), {{{0, NULL}}, 0}, LF_TOOLS_DEFAULT, "", NULL, 0, 0, 0},
     {"qwen", F1(T(QWEN_USER)), F1(T("{{content}}<|im_end|>\n")), F1(T("<|im_start|>system\n{{content}}<|im_end|>\n")),
      F1(T(QWEN_OBS)), F1(T("{{content}}<|im_end|>\n")), {{{0, NULL}}, 0}, LF_TOOLS_QWEN,
-     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", "<|im_end|>", 1, 0},
+     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", "<|im_end|>", 1, 0, 0},
     {"qwen3", F1(T(QWEN_USER)), F1(T("{{content}}<|im_end|>\n")), F1(T("<|im_start|>system\n{{content}}<|im_end|>\n")),
-     F1(T(QWEN_OBS)), F1(T("{{content}}<|im_end|>\n")), {{{0, NULL}}, 0}, LF_TOOLS_QWEN, "", "<|im_end|>", 1, 1},
+     F1(T(QWEN_OBS)), F1(T("{{content}}<|im_end|>\n")), {{{0, NULL}}, 0}, LF_TOOLS_QWEN, "", "<|im_end|>", 1, 1, 0},
     {"qwen3_nothink", F1(T(QWEN_USER)), F1(T("{{content}}<|im_end|>\n")),
      F1(T("<|im_start|>system\n{{content}}<|im_end|>\n")), F1(T(QWEN_OBS)), F1(T("{{content}}<|im_end|>\n")),
-     {{{0, NULL}}, 0}, LF_TOOLS_QWEN, "", "<|im_end|>", 1, 0},
+     {{{0, NULL}}, 0}, LF_TOOLS_QWEN, "", "<|im_end|>", 1, 0, 0},
     {"llama3", F1(T(LLAMA3_USER)), F1(T("{{content}}<|eot_id|>")),
      F1(T("<|start_header_id|>system<|end_header_id|>\n\n{{content}}<|eot_id|>")), F1(T(LLAMA3_OBS)),
-     F1(T("{{content}}<|eot_id|>")), F1(BOS), LF_TOOLS_LLAMA3, "", "<|eot_id|>", 1, 0},
+     F1(T("{{content}}<|eot_id|>")), F1(BOS), LF_TOOLS_LLAMA3, "", "<|eot_id|>", 1, 0, 0},
+    {"qwen2_vl", F1(T(QWEN_USER)), F1(T("{{content}}<|im_end|>\n")), F1(T("<|im_start|>system\n{{content}}<|im_end|>\n")),
+     F1(T(QWEN_OBS)), F1(T("{{content}}<|im_end|>\n")), {{{0, NULL}}, 0}, LF_TOOLS_QWEN, "You are a helpful assistant.",
+     "<|im_end|>", 1, 0, 1},
+    {"qwen3_vl", F1(T(QWEN_USER)), F1(T("{{content}}<|im_end|>\n")), F1(T("<|im_start|>system\n{{content}}<|im_end|>\n")),
+     F1(T(QWEN_OBS)), F1(T("{{content}}<|im_end|>\n")), {{{0, NULL}}, 0}, LF_TOOLS_QWEN, "", "<|im_end|>", 1, 1, 1},
+    {"qwen3_vl_nothink", F1(T(QWEN_USER)), F1(T("{{content}}<|im_end|>\n")),
+     F1(T("<|im_start|>system\n{{content}}<|im_end|>\n")), F1(T(QWEN_OBS)), F1(T("{{content}}<|im_end|>\n")),
+     {{{0, NULL}}, 0}, LF_TOOLS_QWEN, "", "<|im_end|>", 1, 0, 1},
 };
-const char *const lf_template_names = "default, qwen, qwen3, qwen3_nothink, llama3";
+const char *const lf_template_names = "default, qwen, qwen3, qwen3_nothink, llama3, qwen2_vl, qwen3_vl, qwen3_vl_nothink";
 
 /* A token field of tokenizer_config.json: "text", {"content": "text", ...} or null. */
 static int config_token(const char *path, const lj_val *cfg, const char *key, char **out) {
@@ -68,7 +78,7 @@ static int token_id(const tn_tokenizer *tok, const char *tokpath, const char *na
 int lf_template_init(lf_template *t, const char *name, const tn_tokenizer *tok, const char *tokenizer_path,
                      int enable_thinking) {
     memset(t, 0, sizeof *t);
-    t->bos_id = t->eos_id = t->pad_id = -1;
+    t->bos_id = t->eos_id = t->pad_id = t->image_pad_id = -1;
     for (size_t i = 0; i < sizeof k_templates / sizeof *k_templates; i++)
         if (name && strcmp(name, k_templates[i].name) == 0) t->def = &k_templates[i];
     if (!t->def)
@@ -145,6 +155,12 @@ int lf_template_init(lf_template *t, const char *name, const tn_tokenizer *tok, 
             if (tn_tokenizer_encode(tok, think, sizeof think - 1, t->parse_special, &ids) != 0) rc = -1;
             t->think_ids = ids.ids, t->n_think = ids.n;
         }
+        /* the vision tokens LF's mm_plugin writes must be single tokens, or the model finds no image positions */
+        static const char *const vision[] = {"<|vision_start|>", "<|vision_end|>", "<|image_pad|>"};
+        int32_t vid = -1;
+        for (int k = 0; k < 3 && rc == 0 && t->def->vision; k++)
+            rc = token_id(tok, tokenizer_path, vision[k], "a vision token of the Qwen-VL templates", &vid);
+        if (t->def->vision) t->image_pad_id = vid;  /* the last one looked up */
         time_t now = time(NULL);
         struct tm tmv;
         if (localtime_r(&now, &tmv)) strftime(t->date, sizeof t->date, "%d %b %Y", &tmv);

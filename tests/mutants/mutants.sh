@@ -1,6 +1,8 @@
 #!/bin/sh
 # mutants.sh -- shows that the tests can fail: plants one known bug at a time in a copy of the source, rebuilds
-# the test that should catch it there (the parity test unless a mutant names another) and requires it to fail. The product code is never touched: each mutant is a
+# the test that should catch it there (the parity test unless a mutant names another; image mutants rebuild
+# test_parity_vl_data, which reads ../shared/ref's vision-language fixtures: skipped without ../shared, a failure
+# with CI=true) and requires it to fail. The product code is never touched: each mutant is a
 # literal text replacement in the copy (the script fails if the text is no longer found, so a refactor cannot
 # silently turn a mutant into a no-op).
 # Usage: tests/mutants/mutants.sh [SOURCE_DIR]   (default: the checkout this script is in)
@@ -14,12 +16,14 @@ mkdir -p "$WORK/src"
 cmake -S "$WORK/src" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=OFF >"$WORK/cmake.log" 2>&1 ||
   { cat "$WORK/cmake.log"; echo "mutants: cmake failed"; exit 1; }
 
-build_and_run() { # [TEST] -> exit status of the test (default the parity test); its output in $WORK/run.log
-  t=${1:-test_parity_fixtures}
+TEST=test_parity_fixtures # the test a mutant without its own must make fail
+SHARED=$(cd "$SRC/.." && pwd)/shared
+build_and_run() { # [TEST] -> exit status of the test (default $TEST); its output in $WORK/run.log
+  t=${1:-$TEST}
   cmake --build "$WORK/build" -j "$(nproc)" --target "$t" >"$WORK/build.log" 2>&1 ||
     { tail -20 "$WORK/build.log"; echo "mutants: build failed"; exit 1; }
   set +e
-  TANDEM_TESTS_DIR="$WORK/src/tests" OMP_NUM_THREADS=2 "$WORK/build/tests/$t" >"$WORK/run.log" 2>&1
+  TANDEM_TESTS_DIR="$WORK/src/tests" TANDEM_SHARED_DIR="$SHARED" OMP_NUM_THREADS=2 "$WORK/build/tests/$t" >"$WORK/run.log" 2>&1
   rc=$?
   set -e
   return $rc
@@ -47,7 +51,7 @@ mutant() {
     echo "FAIL $name: text not found in src/$2: $old"; failed=$((failed + 1)); return
   fi
   if build_and_run $test; then
-    echo "FAIL $name: ${test:-the parity test} still passes"; failed=$((failed + 1))
+    echo "FAIL $name: ${test:-$TEST} still passes"; failed=$((failed + 1))
   else
     first=$(grep -m1 'check failed' "$WORK/run.log" | sed 's/.*check failed: //' | cut -c1-150)
     n=$(grep -c "check failed" "$WORK/run.log" || true)
@@ -120,6 +124,35 @@ mutant dashboard-points-printed-by-cjson serve/dash_view.c \
   'if (isfinite(v)) tn_sb_py_float(b, v);' 'if (isfinite(v)) tn_sb_printf(b, "%.15g", v);' test_unit_dashboard
 mutant dashboard-event-ring-without-byte-bound serve/dash_store.c \
   's->bytes + b.n > STORE_EVENT_BYTES' 's->bytes + b.n > 4 * STORE_EVENT_BYTES' test_unit_dashboard
+
+# Image side (decode, PIL's resize, smart_resize, patchify) against the vision-language fixtures.
+TEST=test_parity_vl_data
+if [ ! -d "$SHARED/ref/fixtures/qwen2vl-f32" ]; then
+  echo "skip image mutants: $SHARED/ref/fixtures is absent"
+  [ "${CI:-}" != true ] || { echo "mutants: ../shared is absent and CI=true"; exit 1; }
+elif build_and_run; then
+  echo "ok   unmutated source passes $TEST"
+  mutant smart-resize-round-half-up data/vl_processor.c \
+    'nearbyint(' \
+    'round('
+  mutant patch-order-transposed-in-merge-window data/vl_processor.c \
+    'int y0 = (bh * m + ih) * P, x0 = (bw * m + iw) * P;' \
+    'int y0 = (bh * m + iw) * P, x0 = (bw * m + ih) * P;'
+  mutant patch-values-x-y-swapped data/vl_processor.c \
+    'rgb[((size_t)(y0 + y) * w + x0 + x) * 3 + c]' \
+    'rgb[((size_t)(y0 + x) * w + x0 + y) * 3 + c]'
+  mutant png-decoded-as-bgr data/image_decode.c \
+    'im->px[o * in_ch + c] = (uint8_t)(s[c * step] * scale);' \
+    'im->px[o * in_ch + c] = (uint8_t)(s[(in_ch - 1 - c) * step] * scale);'
+  mutant bicubic-a-minus-0.75 data/image_resize.c \
+    'const double a = -0.5;' \
+    'const double a = -0.75;'
+  mutant resize-taps-not-rounded-to-fixed-point data/image_resize.c \
+    'q[i] = (int32_t)(t->k[i] < 0 ? -0.5 + v : 0.5 + v);' \
+    'q[i] = (int32_t)v;'
+else
+  tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $TEST"; exit 1
+fi
 
 echo "mutants: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -771,6 +771,8 @@ static void test_errors(const char *tmp) {
           "{\n"
           " \"hub\": {\"hf_hub_url\": \"llamafactory/alpaca_en\"},\n"
           " \"rank\": {\"file_name\": \"ok.json\", \"ranking\": true},\n"
+          " \"vid\": {\"file_name\": \"ok.json\", \"columns\": {\"prompt\": \"instruction\", \"videos\": \"videos\"}},\n"
+          " \"aud\": {\"file_name\": \"ok.json\", \"columns\": {\"prompt\": \"instruction\", \"audios\": \"audios\"}},\n"
           " \"img\": {\"file_name\": \"ok.json\", \"columns\": {\"prompt\": \"instruction\", \"images\": \"images\"}},\n"
           " \"oai\": {\"file_name\": \"ok.json\", \"formatting\": \"openai\"},\n"
           " \"ns\": {\"file_name\": \"ok.json\", \"num_samples\": 5},\n"
@@ -826,7 +828,9 @@ static void test_errors(const char *tmp) {
 #define ERRDS(ds, s1, s2) do { a.dataset = ds; ERR(a, s1, s2); } while (0)
     ERRDS("hub", "dataset 'hub' loads from 'hf_hub_url'", "local files only");
     ERRDS("rank", "dataset 'rank' is preference data", NULL);
-    ERRDS("img", "columns.images is not supported", NULL);
+    ERRDS("vid", "dataset 'vid': columns.videos: videos are not supported yet", NULL);
+    ERRDS("aud", "dataset 'aud': columns.audios: audio inputs are not supported yet", NULL);
+    ERRDS("img", "column 'images' (images) is in no record", NULL);  /* LF's KeyError */
     ERRDS("oai", "formatting 'openai' not supported", NULL);
     ERRDS("ns", "num_samples", NULL);
     ERRDS("nofile", "dataset 'nofile' has no 'file_name'", NULL);
