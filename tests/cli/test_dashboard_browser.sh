@@ -78,7 +78,7 @@ rc=$?
 cat "$T/files.browser"
 check '[ $rc -eq 0 ]'
 kill "$dpid"
-wait_at_most 20 "$dpid"
+wait_at_most 120 "$dpid"
 check 'grep -q "tandem dashboard: 2 run(s) at http://127.0.0.1:$port/" "$T/files.log" && grep -q "tandem dashboard: stopped" "$T/files.log"'
 
 # without uPlot
@@ -91,7 +91,7 @@ rc=$?
 cat "$T/nocharts.browser"
 check '[ $rc -eq 0 ] && grep -q "no charts without uPlot: scripts/install-deps.sh installs it" "$T/nocharts.log"'
 kill "$dpid"
-wait_at_most 20 "$dpid"
+wait_at_most 120 "$dpid"
 
 echo "screenshots: $(ls "$OUT" | tr '\n' ' ')in $OUT"
 echo "test_dashboard_browser: $checks checks, $fails failed"

@@ -37,13 +37,13 @@ serve() {
   "$BIN" dashboard "$@" >"$T/$name.log" 2>&1 &
   SPID=$!
   PIDS="$PIDS $SPID"
-  for _ in $(seq 1 300); do grep -q "tandem dashboard: .* at http" "$T/$name.log" && break; sleep 0.1; done
+  for _ in $(seq 1 1200); do grep -q "tandem dashboard: .* at http" "$T/$name.log" && break; sleep 0.1; done
   PORT=$(sed -n 's|.* at http://[^ ]*:\([0-9]*\)/ .*|\1|p' "$T/$name.log")
   [ -n "$PORT" ] || { echo "dashboard $name did not start:"; cat "$T/$name.log"; return 1; }
 }
 stop() { # NAME: Ctrl-C's signal ends it in one line and 0
   kill -INT "$SPID"
-  wait_at_most 20 "$SPID"
+  wait_at_most 120 "$SPID"
   stopped=$T/$1.log
   check '[ $rc -eq 0 ] && grep -q "tandem dashboard: stopped" "$stopped"'
 }
@@ -100,11 +100,11 @@ done
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(60)' >"$T/busy.port" &
 holder=$!
 PIDS="$PIDS $holder"
-for _ in $(seq 1 50); do [ -s "$T/busy.port" ] && break; sleep 0.1; done
+for _ in $(seq 1 600); do [ -s "$T/busy.port" ] && break; sleep 0.1; done
 busy=$(cat "$T/busy.port")
 "$BIN" dashboard "$T/run" --port "$busy" >"$T/busy.log" 2>&1 &
 bpid=$!
-wait_at_most 20 "$bpid"
+wait_at_most 120 "$bpid"
 check '[ $rc -ne 0 ] && [ "$(grep -c . "$T/busy.log")" -eq 1 ] && grep -q "cannot listen on 127.0.0.1:$busy" "$T/busy.log"'
 kill "$holder"
 "$BIN" train "$ROOT/examples/demo_addition.yaml" output_dir="$T/x" --dashboard >"$T/flag.log" 2>&1
@@ -117,7 +117,7 @@ port=$(free_port)
   --dashboard "127.0.0.1:$port" >"$T/one.log" 2>&1 &
 tpid=$!
 PIDS="$PIDS $tpid"
-for _ in $(seq 1 300); do grep -q "dashboard of this run" "$T/one.log" && break; sleep 0.1; done
+for _ in $(seq 1 1200); do grep -q "dashboard of this run" "$T/one.log" && break; sleep 0.1; done
 check 'grep -q "tandem: dashboard of this run at http://127.0.0.1:$port/ (live; afterwards: tandem dashboard $T/one)" "$T/one.log"'
 state=$(/usr/bin/python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
   "http://127.0.0.1:$port/api/state" 2>&1)

@@ -78,7 +78,7 @@ check 'grep -q "^links ok" "$T/links.out"'
 # the finished run's page
 "$BIN" dashboard "$T/after" >"$T/serve.log" 2>&1 &
 spid=$!
-for _ in $(seq 1 300); do grep -q "at http" "$T/serve.log" && break; sleep 0.1; done
+for _ in $(seq 1 1200); do grep -q "at http" "$T/serve.log" && break; sleep 0.1; done
 port=$(sed -n 's|.* at http://[^ ]*:\([0-9]*\)/ .*|\1|p' "$T/serve.log")
 /usr/bin/python3 - "$port" >"$T/state.out" <<'PY'
 import json, sys, urllib.request
@@ -91,7 +91,7 @@ PY
 cat "$T/state.out"
 check 'grep -q "^page links ok" "$T/state.out"'
 kill "$spid"
-wait_at_most 20 "$spid"
+wait_at_most 120 "$spid"
 
 [ "$fails" -eq 0 ] || tail -n 20 "$T"/*.log
 echo "test_dashboard_netns: $checks checks, $fails failed"
