@@ -63,14 +63,15 @@ def request(port, raw, timeout=10.0, half_close=False, limit=1 << 22):
 
 
 def unchunk(b):
+    """The data of the complete chunks of a chunked body (a chunk still arriving is left out)."""
     out = b""
     while b:
-        size, _, rest = b.partition(b"\r\n")
+        size, sep, rest = b.partition(b"\r\n")
         try:
             n = int(size.split(b";")[0], 16)
         except ValueError:
             return out
-        if n == 0:
+        if n == 0 or not sep or len(rest) < n + 2:
             break
         out += rest[:n]
         b = rest[n + 2:]
@@ -106,7 +107,11 @@ def first_events(port, path, n, timeout=5.0, extra=""):
             if not chunk:
                 break
             data += chunk
-            events = [l[6:] for l in data.decode("utf-8", "replace").split("\n") if l.startswith("data: ")]
+            head, _, body = data.partition(b"\r\n\r\n")
+            if b"chunked" in head.lower():
+                body = unchunk(body)  # the complete chunks so far
+            whole = body.decode("utf-8", "replace").rpartition("\n\n")[0]  # events end with an empty line
+            events = [l[6:] for l in whole.split("\n") if l.startswith("data: ")]
     except socket.timeout:
         pass
     finally:
@@ -227,7 +232,9 @@ def follow(port, d):
     try:
         while time.time() - t0 < 5 and got is None:
             data += s.recv(65536)
-            for l in data.decode("utf-8", "replace").split("\n"):
+            head, _, body = data.partition(b"\r\n\r\n")
+            whole = unchunk(body).decode("utf-8", "replace").rpartition("\n\n")[0]
+            for l in whole.split("\n"):
                 if l.startswith("data: {"):
                     e = json.loads(l[6:])
                     check(e["seq"] > seq, "an event older than ?since= was sent")
