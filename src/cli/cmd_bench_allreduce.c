@@ -16,6 +16,7 @@
 
 #include "comm/comm.h"
 #include "core/core.h"
+#include "outputs/link_capacity.h"
 
 typedef struct {
     double us, algbw, busbw, cpu, wrong;
@@ -97,6 +98,20 @@ static int measure(tn_comm *c, int mpi, float *buf, size_t n, int iters, int war
     return 0;
 }
 
+/* Rank 0: the largest size's rate between these machines, for the dashboard of later jobs on them. */
+static void record_capacity(const tn_comm *c, double bytes, double sec) {
+    int n = tn_comm_get_info(c)->size;
+    const char **hosts = tn_xmalloc((size_t)n * sizeof *hosts);
+    for (int r = 0; r < n; r++) hosts[r] = tn_comm_host_of(c, r);
+    char *path = tn_link_capacity_path();
+    if (tn_link_capacity_record(hosts, n, bytes, sec) == 0)
+        printf("# link capacity between these machines (%.0f MB in %.4f s) recorded in %s (tandem's dashboard shows it)\n",
+               bytes / 1e6, sec, path);
+    else
+        printf("# could not record the link capacity: %s\n", tn_errmsg());
+    free(path), free(hosts);
+}
+
 int tn_cmd_bench_allreduce(int argc, char **argv) {
     size_t lo = 4096, hi = 256u << 20;
     int iters = 10, warmup = 2, with_mpi = 1;
@@ -138,13 +153,14 @@ int tn_cmd_bench_allreduce(int argc, char **argv) {
                "(GB/s)", "", "", "", "(GB/s)", "(GB/s)", "", "");
         fflush(stdout);
     }
-    double wrong = 0, tandem_wall = 0;
+    double wrong = 0, tandem_wall = 0, top_bytes = 0, top_sec = 0; /* the largest size, for link_capacity.h */
     for (size_t bytes = lo; bytes <= hi; bytes *= 2) {
         size_t n = bytes / sizeof(float);
         row t, m = {0, 0, 0, 0, 0};
         double w0 = tn_now();
         if (measure(c, 0, buf, n, iters, warmup, &t) != 0) goto fail;
         tandem_wall += tn_now() - w0;
+        top_bytes = (double)bytes, top_sec = t.us * 1e-6;
         if (with_mpi && measure(c, 1, buf, n, iters, warmup, &m) != 0) goto fail;
         wrong += t.wrong + m.wrong;
         if (in->rank == 0) {
@@ -168,6 +184,7 @@ int tn_cmd_bench_allreduce(int argc, char **argv) {
                    "core; tandem phase wall %.1f s\n", cpu_busy[0] / in->size, cpu_busy[1] / in->size,
                    100.0 * cpu_busy[0] / cpu_busy[1], tandem_wall);
         printf("# %s: %.0f wrong elements\n", wrong == 0 ? "check ok" : "CHECK FAILED", wrong);
+        if (wrong == 0 && in->n_nodes > 1) record_capacity(c, top_bytes, top_sec);
     }
     tn_free_aligned(buf);
     tn_comm_finalize(c);

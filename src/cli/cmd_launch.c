@@ -130,6 +130,7 @@ static int parse_args(int argc, char **argv, const char *command, launch_opts *o
     memset(o, 0, sizeof *o);
     o->command = command;
     if ((o->pernode = tn_pernode_from_env(&o->pn)) < 0) return -1;
+    char *dashboard = NULL; /* --dashboard [HOST:]PORT, as the override dashboard=... */
     const char *np = getenv("NPROC_PER_NODE"); /* LLaMA-Factory / torchrun's variable */
     if (np && *np) o->n = atoi(np);
     int i = 0;
@@ -156,12 +157,16 @@ static int parse_args(int argc, char **argv, const char *command, launch_opts *o
             o->max_restarts = (int)n;
         } else if (strcmp(argv[i], "--drop-dead-hosts") == 0) {
             o->drop_dead_hosts = 1;
+        } else if (strcmp(argv[i], "--dashboard") == 0 && i + 1 < argc) {
+            size_t len = strlen(argv[++i]) + sizeof "dashboard=";
+            dashboard = tn_xmalloc(len);
+            snprintf(dashboard, len, "dashboard=%s", argv[i]);
         } else if (strcmp(argv[i], "--config_file") == 0 && i + 1 < argc) {
             o->accelerate = argv[++i];
             if (tn_accelerate_config_load(o->accelerate, &o->acc) != 0) return -1;
         } else {
             return tn_err("launch: unknown option '%s' (expected -n N, --hostfile FILE, --max-restarts N, "
-                          "--drop-dead-hosts, --no-bind, --dry-run, --config_file FILE)", argv[i]);
+                          "--drop-dead-hosts, --no-bind, --dry-run, --config_file FILE, --dashboard [HOST:]PORT)", argv[i]);
         }
     }
     if (o->pernode && o->hostfile)
@@ -184,6 +189,13 @@ static int parse_args(int argc, char **argv, const char *command, launch_opts *o
     if (i >= argc) return tn_err("launch needs a config file: tandem launch [-n N | --hostfile FILE] CONFIG.yaml [key=value ...]");
     o->cfg_argc = argc - i;
     o->cfg_argv = argv + i;
+    if (dashboard) { /* --dashboard before the config: an override after it */
+        char **args = tn_xcalloc((size_t)o->cfg_argc + 2, sizeof *args);
+        memcpy(args, o->cfg_argv, (size_t)o->cfg_argc * sizeof *args);
+        args[o->cfg_argc++] = dashboard;
+        o->cfg_argv = args;
+    }
+    if (tn_cli_dashboard_flag(&o->cfg_argc, &o->cfg_argv) != 0) return -1;
     if (o->accelerate) { /* accelerate's processes, and its sharding as the first override (the user's own win) */
         if (!o->hostfile && o->n == 0) o->n = o->acc.num_processes;
         if (o->acc.zero_stage >= 0) {

@@ -76,6 +76,26 @@ static int load_config(int argc, char **argv, int world, tn_train_config *cfg) {
     return rc;
 }
 
+int tn_cli_dashboard_flag(int *pargc, char ***pargv) {
+    int argc = *pargc, n = 0;
+    char **argv = *pargv, **out = tn_xcalloc((size_t)argc + 1, sizeof *out);
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--dashboard") != 0) {
+            out[n++] = argv[i];
+            continue;
+        }
+        if (i + 1 >= argc || argv[i + 1][0] == '-' || strchr(argv[i + 1], '=')) {
+            free(out);
+            return tn_err("--dashboard needs where to listen: [HOST:]PORT (0: a free port), or the key dashboard=true");
+        }
+        size_t len = strlen(argv[++i]) + sizeof "dashboard=";
+        out[n] = tn_xmalloc(len); /* lives as long as the process: the config keeps pointing at argv */
+        snprintf(out[n++], len, "dashboard=%s", argv[i]);
+    }
+    *pargc = n, *pargv = out;
+    return 0;
+}
+
 /* do_predict: with the model just trained when do_train ran too (its output_dir: the adapter, or the whole model
  * after full fine-tuning), else with the YAML's model and adapter. */
 static int predict_after(const tn_train_config *cfg, tn_comm *comm) {
@@ -89,6 +109,10 @@ static int predict_after(const tn_train_config *cfg, tn_comm *comm) {
 }
 
 int tn_cmd_train(int argc, char **argv) {
+    if (tn_cli_dashboard_flag(&argc, &argv) != 0) {
+        fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
+        return 1;
+    }
     if (argc < 1) {
         fprintf(stderr, "tandem: error: train needs a config file: tandem train CONFIG.yaml [key=value ...]\n");
         return 1;

@@ -21,6 +21,7 @@ static const page PAGES[] = {
     {"train", NULL, "train CONFIG.yaml [key=value ...]",
      "train as the YAML says: one process, or every rank of an mpirun/srun job",
      CONFIG_ARGS
+     "  --dashboard [HOST:]PORT  rank 0 serves the run's live page there (port 0: a free one; the key dashboard)\n"
      "  --help, -h      this page\n"
      "environment: OMP_NUM_THREADS (threads per rank; default: the machine's cores / its ranks),\n"
      "  TANDEM_CACHE_DIR (tokenized data, default ~/.cache/tandem/data), TANDEM_TTY=0|1 (plain log lines or\n"
@@ -34,6 +35,7 @@ static const page PAGES[] = {
      "  --config_file FILE    an accelerate config (accelerate launch --config_file): its num_processes, and its\n"
      "                        FSDP sharding strategy or DeepSpeed zero_stage as zero_stage\n"
      "  --no-bind             do not pin each local rank to its own cores\n"
+     "  --dashboard [HOST:]PORT  rank 0 serves the run's live page (dashboard=true: 127.0.0.1, a free port)\n"
      "  --dry-run             check the config and hosts, print the mpirun command, start nothing\n"
      "  --help, -h            this page\n"
      CONFIG_ARGS
@@ -49,6 +51,15 @@ static const page PAGES[] = {
      "where tandem puts each local rank (its GPU, its cores); one line when there is no GPU or NVIDIA driver",
      "  --ranks N       the placement of N local ranks (tandem launch -n N; default: one per visible GPU)\n"
      "  --help, -h      this page\n"},
+    {"dashboard", NULL, "dashboard DIR [DIR...] [--host HOST] [--port PORT]",
+     "serve the web page of finished or running runs' output folders (trainer_log.jsonl, tandem_ranks.jsonl),\n"
+     "their curves overlaid, as TensorBoard does with several runs; Ctrl-C stops it",
+     "  DIR             a run's output_dir\n"
+     "  --host HOST     the address to listen on (default 127.0.0.1; another needs TANDEM_DASHBOARD_TOKEN)\n"
+     "  --port PORT     the port (default 0: a free one, printed)\n"
+     "  --help, -h      this page\n"
+     "environment: TANDEM_DASHBOARD_TOKEN (16+ characters; viewers open the page with ?token=TOKEN once),\n"
+     "  TANDEM_UPLOT_DIR (uPlot's dist folder; default: where scripts/install-deps.sh installs it)\n"},
     {"export", NULL, "export [CONFIG.yaml] [key=value ...]",
      "merge adapter_name_or_path into model_name_or_path and write an HF model folder to export_dir",
      CONFIG_ARGS
@@ -154,7 +165,8 @@ void tn_cli_usage(FILE *f) {
     fprintf(f, "  tandem help [COMMAND]    this overview, or a command's page\n"
                "  tandem version           version and build fingerprint (also --version)\n\n"
                "launch options: -n N (--nproc N) | --hostfile FILE, --max-restarts N, --drop-dead-hosts, --config_file FILE,\n"
-               "  --no-bind, --dry-run; NNODES/NODE_RANK/MASTER_ADDR/MASTER_PORT: one command per machine\n"
+               "  --dashboard [HOST:]PORT, --no-bind, --dry-run; NNODES/NODE_RANK/MASTER_ADDR/MASTER_PORT: one command per\n"
+               "  machine\n"
                "README.md: the YAML keys, Coming from LLaMA-Factory, several machines, when something goes wrong\n");
 }
 

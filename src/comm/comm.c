@@ -194,7 +194,7 @@ tn_comm *tn_comm_init(int *argc, char ***argv) {
     }
     tn_comm *c = tn_xcalloc(1, sizeof *c);
     c->mpi_owned = !inited;
-    c->world = c->local = c->leaders = c->ring = c->rail = c->wd_comm = c->bg_local = c->bg_rail = MPI_COMM_NULL;
+    c->world = c->local = c->leaders = c->ring = c->rail = c->wd_comm = c->bg_local = c->bg_rail = c->notes = MPI_COMM_NULL;
     c->tune.poll_max_us = 1000;
     if (tn_comm_join_world(&c->world) != 0) goto fail; /* MPI_COMM_WORLD, or the joined nodes (comm_join.c) */
     MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN); /* inherited by the communicators split off it */
@@ -203,7 +203,7 @@ tn_comm *tn_comm_init(int *argc, char ***argv) {
     long backend;
     if (discover(c) != 0 || read_settings(c, &backend) != 0) goto fail;
     if (c->info.local_size > 1 && tn_shm_create(c) != 0) goto fail;
-    if (tn_watchdog_init(c) != 0) goto fail;
+    if (tn_watchdog_init(c) != 0 || tn_notes_init(c) != 0) goto fail;
     c->be = backend == 1 ? tn_comm_nccl_open(c) : &tn_comm_backend_mpi;
     c->be_explicit = backend != 0;
     if (!c->be) goto fail;
@@ -214,6 +214,7 @@ fail:;
     snprintf(msg, sizeof msg, "%s", tn_errmsg());
     if (c->be) c->be->finalize(c);
     if (c->wd_comm != MPI_COMM_NULL) tn_watchdog_free(c);
+    tn_notes_free(c);
     tn_shm_free(c);
     free_comms(c);
     if (c->mpi_owned) MPI_Finalize();
@@ -228,6 +229,7 @@ void tn_comm_finalize(tn_comm *c) {
     tn_comm_device_free(c); /* staged copies still pending are dropped: their device memory may be gone */
     tn_comm_progress_stop(c);
     tn_watchdog_free(c);
+    tn_notes_free(c);
     c->be->finalize(c);
     tn_shm_free(c);
     free_comms(c);

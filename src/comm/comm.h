@@ -132,6 +132,17 @@ typedef struct {
  * device buffers. 0 or -1 + tn_err. */
 int tn_comm_attach_device(tn_comm *c, const tn_comm_device *dev, char *note, size_t note_size);
 
+/* ---- notes to rank 0 (comm_notes.c): a few bytes a step that nobody waits for (the job monitor's timings).
+ * tn_comm_note_send hands at most TN_COMM_NOTE_MAX bytes to MPI and returns at once: 1 sent, 0 dropped (this
+ * rank's earlier notes are all still undelivered: rank 0 is busy), -1 + tn_err. Rank 0 sends none. On rank 0,
+ * tn_comm_note_recv takes one note that has arrived, never waiting: its bytes (at most cap; the rest of a longer
+ * note is dropped) and *from, or 0 when none has arrived, or -1 + tn_err. Notes of one sender arrive in order. */
+#define TN_COMM_NOTE_MAX 256
+int tn_comm_note_send(tn_comm *c, const void *buf, size_t bytes);
+int tn_comm_note_recv(tn_comm *c, void *buf, size_t cap, int *from);
+/* Notes this rank dropped so far. */
+uint64_t tn_comm_notes_dropped(const tn_comm *c);
+
 /* Dead-peer detection (comm_watchdog.c). After `seconds` without progress in any wait (0 = off, the
  * default), the waiting rank finds the ranks that do not answer, or whose trainer has not called
  * tn_comm_heartbeat for that long, names them in one error line and aborts the job. tn_comm_busy(c, 1)

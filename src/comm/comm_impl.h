@@ -40,6 +40,8 @@ typedef struct {
 
 typedef struct tn_shm tn_shm;   /* comm_shm.c */
 
+#define TN_NOTES_IN_FLIGHT 16    /* a rank's notes sent and not yet delivered (comm_notes.c) */
+
 struct tn_comm {
     tn_comm_info info;
     char (*hosts)[64];           /* hostname of every rank */
@@ -84,6 +86,12 @@ struct tn_comm {
     MPI_Request *wd_sends;       /* answers in flight */
     void *wd_pongs;
     int wd_n_sends;
+
+    /* notes to rank 0 (comm_notes.c) */
+    MPI_Comm notes;              /* their own communicator: they never match another message */
+    MPI_Request note_rq[TN_NOTES_IN_FLIGHT];
+    unsigned char note_buf[TN_NOTES_IN_FLIGHT][TN_COMM_NOTE_MAX];
+    uint64_t notes_dropped;
 };
 
 /* Ops that may be in progress at once. A gradient bucket's all-reduce ends with a drain (its last segments
@@ -166,6 +174,9 @@ void tn_comm_shard_layout(tn_comm *c, const int *node_of, const int *lrank, cons
 /* comm_watchdog.c */
 int tn_watchdog_init(tn_comm *c);
 void tn_watchdog_free(tn_comm *c);
+/* comm_notes.c (collective) */
+int tn_notes_init(tn_comm *c);
+void tn_notes_free(tn_comm *c);
 void tn_watchdog_answer(tn_comm *c);
 /* Call while waiting: after peer_timeout without progress since *stalled_since, finds and names the ranks
  * that do not answer (or are hung) and aborts the job; when all answer, resets *stalled_since. */

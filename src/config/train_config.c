@@ -74,6 +74,7 @@ static int set_sync_mode(tn_train_config *c, const key_def *k, const char *v, ch
 static int set_compression(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_bf16(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_device(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_dashboard(tn_train_config *c, const key_def *k, const char *v, char *msg);
 
 #define VL_MISSING "vision-language (multimodal) models are not supported yet: tandem trains text-only decoders"
 #define LORA_MODULES "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
@@ -190,6 +191,7 @@ static const key_def KEYS[] = {
     {"overwrite_output_dir", BOOL(overwrite_output_dir), 0, 0, "true or false", NULL},
     {"plot_loss", BOOL(plot_loss), 0, 0, "true or false", NULL},
     {"resume_from_checkpoint", CUSTOM(resume_from_checkpoint), 0, 0, "a checkpoint folder, true or null", set_resume},
+    {"dashboard", CUSTOM(dashboard), 0, 0, "true, false, PORT or HOST:PORT (port 0: a free one)", set_dashboard},
     /* evaluation */
     {"eval_strategy", CUSTOM(eval_strategy), 0, 0, "no, steps or epoch", set_eval_strategy},
     {"evaluation_strategy", CUSTOM(eval_strategy), 0, 0, "no, steps or epoch", set_eval_strategy},
@@ -528,6 +530,33 @@ static int set_device(tn_train_config *c, const key_def *k, const char *v, char 
     if (!trimmed(v, s, sizeof s) || (strcmp(s, "auto") && strcmp(s, "cpu") && strcmp(s, "cuda")))
         return expects(k, v, msg);
     snprintf(c->device, sizeof c->device, "%s", s);
+    return 0;
+}
+
+/* dashboard: true / false, or where to listen: PORT, HOST:PORT, [IPV6]:PORT (turns it on). */
+static int set_dashboard(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    char s[300];
+    if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
+    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off", "null", ""};
+    for (int i = 0; i < 5; i++) {
+        if (i < 3 && strcasecmp(s, yes[i]) == 0) return c->dashboard = 1, 0;
+        if (strcasecmp(s, no[i]) == 0) return c->dashboard = 0, 0;
+    }
+    char *colon = strrchr(s, ':'), *port = colon ? colon + 1 : s, *end;
+    long p = strtol(port, &end, 10);
+    if (!*port || *end || p < 0 || p > 65535) return expects(k, v, msg);
+    char host[256] = "";
+    if (colon) {
+        size_t n = (size_t)(colon - s);
+        const char *h = s;
+        if (n >= 2 && s[0] == '[' && s[n - 1] == ']') h++, n -= 2; /* [::1]:8080 */
+        if (n == 0 || n >= sizeof host || strspn(h, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:%") < n)
+            return expects(k, v, msg); /* a name or an address, nothing else */
+        memcpy(host, h, n);
+        host[n] = 0;
+    }
+    c->dashboard = 1, c->dashboard_port = (int)p;
+    snprintf(c->dashboard_host, sizeof c->dashboard_host, "%s", host);
     return 0;
 }
 

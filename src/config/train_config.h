@@ -99,6 +99,9 @@ typedef struct {
     int report_tensorboard;               /* report_to has tensorboard or all (set by finish) */
     char logging_dir[TN_PATH_MAX];        /* TensorBoard files; "" = output_dir/runs/<time>_<host> (HF) */
     char resume_from_checkpoint[TN_PATH_MAX]; /* "" = none (LF auto-resume rule still applies) */
+    int dashboard;                        /* tandem: rank 0 serves the run's live page (serve/dashboard.h) */
+    char dashboard_host[256];             /* "" = 127.0.0.1 (another address needs TANDEM_DASHBOARD_TOKEN) */
+    int dashboard_port;                   /* 0 = a free port */
     /* evaluation */
     tn_eval_strategy eval_strategy;       /* default no (HF); steps when val_size > 0 and eval_steps given */
     int eval_steps;                       /* default 0 = logging_steps (HF) */

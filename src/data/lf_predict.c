@@ -28,7 +28,8 @@ int lf_load_predict(const lf_data_args *a, const tn_tokenizer *tok, lf_predict_s
         lf_file *files = NULL;
         int nf = 0;
         rc = lf_dataset_files(dir, &info.ds[d], &files, &nf);
-        if (rc == 0) rc = lf_align_dataset(&info.ds[d], files, nf, a->max_samples, a->media_dir ? a->media_dir : dir, &ex);
+        if (rc == 0) /* media_dir: LF defaults it to dataset_dir */
+            rc = lf_align_dataset(&info.ds[d], files, nf, a->max_samples, a->media_dir ? a->media_dir : dir, &ex);
         lf_files_free(files, nf);
     }
     tn_ids prompt = {0}, label = {0};

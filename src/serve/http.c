@@ -48,6 +48,9 @@ const char *tn_http_path(const tn_http_req *r) { return r->url; }
 const char *tn_http_header(const tn_http_req *r, const char *name) {
     return MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, name);
 }
+const char *tn_http_query(const tn_http_req *r, const char *name) {
+    return MHD_lookup_connection_value(r->c, MHD_GET_ARGUMENT_KIND, name);
+}
 const char *tn_http_body(const tn_http_req *r, size_t *n) {
     *n = r->n;
     return r->body ? r->body : "";
@@ -198,6 +201,28 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
+/* libmicrohttpd's unescaping, except that %00 stays as it is: a decoded NUL would cut the path short, so that
+ * "/%00anything" reached a handler as "/". */
+static int hexval(char ch) {
+    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+}
+
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls, (void)c;
+    char *w = s;
+    for (const char *r = s; *r; r++) {
+        int hi, lo;
+        if (*r == '%' && (hi = hexval(r[1])) >= 0 && (lo = hexval(r[2])) >= 0 && (hi | lo)) {
+            *w++ = (char)(hi * 16 + lo);
+            r += 2;
+        } else {
+            *w++ = *r;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - s);
+}
+
 tn_http *tn_http_start(const tn_http_opts *o, tn_http_handler h, void *ctx) {
     const char *host = o->host && *o->host ? o->host : "127.0.0.1";
     if (!tn_http_is_loopback(host) && !o->authenticated) {
@@ -223,7 +248,8 @@ tn_http *tn_http_start(const tn_http_opts *o, tn_http_handler h, void *ctx) {
     s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)(o->max_connections > 0 ? o->max_connections : 256),
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+                            MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
         free(s);

@@ -39,6 +39,7 @@ int tn_http_is_loopback(const char *host);
 const char *tn_http_method(const tn_http_req *r);
 const char *tn_http_path(const tn_http_req *r);
 const char *tn_http_header(const tn_http_req *r, const char *name); /* NULL when absent */
+const char *tn_http_query(const tn_http_req *r, const char *name);  /* ?name=value, decoded; NULL when absent */
 const char *tn_http_body(const tn_http_req *r, size_t *n);         /* NUL-terminated */
 /* 1 once the client has closed its side of the connection. */
 int tn_http_client_gone(tn_http_req *r);

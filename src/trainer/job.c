@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -22,6 +23,8 @@
 #include "trainer/demo_eval.h"
 #include "trainer/diloco.h"
 #include "trainer/memory_check.h"
+#include "trainer/monitor.h"
+#include "serve/dashboard.h"
 #include "trainer/recipe.h"
 #include "trainer/replica.h"
 #include "trainer/trainer.h"
@@ -251,7 +254,34 @@ typedef struct {
     double loss_sum;          /* token-weighted, over this process's steps */
     int64_t loss_tokens;
     double comm_wait;
+    tn_monitor *mon;          /* every rank: the steps' timings for tandem_ranks.jsonl */
 } job_ctx;
+
+/* The dashboard's address, as TensorBoard prints its own. */
+static void print_dashboard(const tn_dash *d, const char *output_dir) {
+    printf("tandem: dashboard of this run at %s (live; afterwards: tandem dashboard %s)%s\n", tn_dash_url(d), output_dir,
+           getenv("TANDEM_DASHBOARD_TOKEN") && *getenv("TANDEM_DASHBOARD_TOKEN") ? "; open it with ?token=$TANDEM_DASHBOARD_TOKEN once" : "");
+    if (!tn_dash_has_charts(d))
+        printf("tandem: note: the dashboard draws no charts without uPlot: scripts/install-deps.sh installs it (npm, "
+               "into deps/node_modules); the rest of the page works\n");
+    fflush(stdout);
+}
+
+/* What watching cost, on rank 0, with the dashboard on: the monitor's time in the training thread and the
+ * dashboard's threads' CPU (docs/performance.md). */
+static void print_overhead(const job_ctx *j, tn_dash *d) {
+    int steps = j->t->step - j->start_step;
+    double wall = tn_now() - j->t0, worst = 0, mine = tn_monitor_cost(j->mon, &worst), dash_cpu = tn_dash_cpu(d);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+                 1e-6 * (double)ru.ru_stime.tv_usec;
+    if (steps <= 0 || wall <= 0) return;
+    printf("tandem: dashboard: the job monitor took %.4f ms a step on rank 0 (%.3f%% of the step time), at most %.3f%% "
+           "on any rank; the dashboard's threads used %.3f s of CPU, %.3f%% of this process's %.1f s\n",
+           1e3 * mine / steps, 100.0 * mine / wall, 100.0 * worst / wall, dash_cpu,
+           cpu > dash_cpu ? 100.0 * dash_cpu / (cpu - dash_cpu) : 0.0, cpu - dash_cpu);
+}
 
 static double epoch_of(const tn_trainer *t) { return t->data->n ? (double)t->samples_seen / t->data->n : 0; }
 
@@ -313,6 +343,11 @@ static int save_checkpoint(const job_ctx *j) {
         if (rc == 0) {
             rc = tn_checkpoint_commit(j->cfg->output_dir, tmp, t->model, with_opt && !z ? t->opt : NULL, &st,
                                       write_state_into, (void *)j);
+            if (rc == 0) {
+                char name[48];
+                snprintf(name, sizeof name, "checkpoint-%d", t->step);
+                tn_monitor_checkpoint(j->mon, t->step, name);
+            }
             if (rc == 0) rc = tn_checkpoint_prune(j->cfg->output_dir, j->cfg->save_total_limit);
         } else {
             tn_checkpoint_abandon(tmp);
@@ -459,6 +494,7 @@ static int take_final(job_ctx *j, loop_state *L, const tn_step_stats *fs) {
                           .elapsed_s = elapsed, .remaining_s = done > 0 ? elapsed / done * (t->total_steps - fs->step) : 0,
                           .tokens_per_s = train_s > 0 ? (double)L->window_seen / train_s : 0};
         if (j->lead && log_now && tn_run_log_step(j->log, &ls) != 0) return agree(j->comm, -1);
+        if (j->lead && log_now) tn_monitor_log(j->mon, fs->step, cfg->max_grad_norm > 0 ? fs->grad_norm : -1, ls.tokens_per_s);
         if (j->lead) tn_progress_print(&ls, L->tty);
     }
     if (log_now) {
@@ -493,6 +529,7 @@ static int train_loop(job_ctx *j) {
             break;
         }
         L.done_at[t->step % L.cap] = tn_now();
+        tn_monitor_step(j->mon, &st);
         L.window_compute += tn_now() - step_t0 - (step_rc == 0 ? st.comm_wait : 0);
         if (step_rc == 0) j->comm_wait += st.comm_wait;
         /* plain data parallelism: every rank sees the same summed gradient, so all skip together */
@@ -683,9 +720,21 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
         }
     }
     if (rc == 0) rc = agree(comm, lead && !j.log ? -1 : 0);
+    tn_dash *dash = NULL;
+    if (rc == 0 && lead && cfg->dashboard) { /* before the banner: its lines are the page's first */
+        const char *dirs[1] = {cfg->output_dir};
+        tn_dash_opts o = {.host = cfg->dashboard_host, .port = cfg->dashboard_port, .dirs = dirs, .n_dirs = 1, .live = 1};
+        if ((dash = tn_dash_start(&o))) print_dashboard(dash, cfg->output_dir);
+    }
+    if (rc == 0) rc = agree(comm, lead && cfg->dashboard && !dash ? -1 : 0);
     if (rc == 0) {
         if (lead) print_banner(cfg, m, t);
+        j.mon = tn_monitor_start(t, comm, cfg->dashboard);
+        rc = agree(comm, j.mon ? 0 : -1);
+    }
+    if (rc == 0) {
         j.t0 = tn_now();
+        tn_monitor_clock(j.mon, j.t0);
         j.start_step = t->step;
         tn_comm_heartbeat(comm);
         tn_comm_set_peer_timeout(comm, cfg->peer_timeout); /* from here on every rank keeps step */
@@ -711,6 +760,10 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
         }
         rc = agree(comm, rc);
     }
+    if (lead) tn_monitor_end(j.mon, rc != 0);
+    if (lead && dash) print_overhead(&j, dash);
+    tn_dash_stop(dash);
+    tn_monitor_free(j.mon);
     if (j.log) tn_run_log_close(j.log);
     if (lead) tn_comm_busy(comm, 0), tn_rank_watch_saving(0);
     tn_trainer_free(t);

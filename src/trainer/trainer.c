@@ -175,6 +175,13 @@ static int rebalance(tn_trainer *t) {
     return rc ? tn_err("step %d: speed exchange failed: %s", t->step, tn_errmsg()) : 0;
 }
 
+/* The step's phases: the time since *mark goes to *into, and the mark moves on. */
+static void lap(double *mark, double *into) {
+    double now = tn_now();
+    *into += now - *mark;
+    *mark = now;
+}
+
 static int finish_step(tn_trainer *t, tn_step_stats *st, int rc, double local_loss_sum) {
     if (t->diloco) {
         tn_diloco_step ds = {.step = t->step, .loss_sum = local_loss_sum, .tokens = (double)st->tokens,
@@ -202,7 +209,8 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     const int n_micro = (int)((mine + B - 1) / B);
     /* Fetch it first: the global token count normalises every micro-batch's gradient. Each micro-batch is
      * padded to its own longest sample only. */
-    double t0 = tn_now();
+    double t0 = tn_now(), mark = t0;
+    tn_step_times tm = {0, 0, 0, 0};
     double counts[3] = {0, 0, 0}; /* trained tokens, processed tokens (with padding), then the summed loss */
     for (int a = 0; a < n_micro; a++) {
         t->rows[a] = (int)(mine - (int64_t)a * B < B ? mine - (int64_t)a * B : B);
@@ -212,8 +220,10 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
         counts[1] += (double)t->rows[a] * t->lens[a];
     }
     double t_fill = tn_now() - t0; /* this rank's own work: the waits for the others below are not its cost */
+    lap(&mark, &tm.data);
     if (sum_f64(t, counts, 2) != 0)
         return tn_err("step %d: token count all-reduce failed: %s", t->step + 1, tn_errmsg()), -2;
+    lap(&mark, &tm.wait);
     int64_t targets = (int64_t)counts[0];
     t->samples_seen += global;
     float scale = targets > 0 ? 1.0f / (float)targets : 0.0f;
@@ -237,9 +247,11 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
         t->slow_last = (tn_now() - f0) / (t->rank == t->slow_rank && t->step + 1 >= t->slow_from ? t->slow_factor : 1);
         if (t->comm) tn_comm_heartbeat(t->comm); /* this rank is making progress (dead-peer watchdog) */
     }
+    lap(&mark, &tm.compute);
     if (tn_grad_sync_finish(t->sync) != 0) return tn_err("step %d: %s", t->step + 1, tn_errmsg()), -2;
     counts[2] = loss;
     if (sum_f64(t, counts + 2, 1) != 0) return tn_err("step %d: loss all-reduce failed: %s", t->step + 1, tn_errmsg()), -2;
+    lap(&mark, &tm.wait);
     memset(st, 0, sizeof *st);
     st->tokens = targets;
     st->seen = (int64_t)counts[1];
@@ -264,11 +276,16 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
         if (t->zero) tn_zero_after_update(t->zero);
         t->step++;
     }
+    lap(&mark, &tm.optimizer); /* with the norm's clipping above */
     if (t->balance) { /* batch assembly, clipping and the optimizer; forward and backward per sample */
         t->bal_fixed += t_fill + (tn_now() - t1), t->bal_fb += fb, t->bal_samples += (double)mine;
         if (++t->bal_steps == BALANCE_WINDOW && rebalance(t) != 0) return -2;
     }
-    return finish_step(t, st, rc, counts[2]);
+    st->samples = mine;
+    rc = finish_step(t, st, rc, counts[2]);
+    lap(&mark, &tm.wait); /* balancing's speed exchange, DiLoCo's round */
+    st->times = tm;
+    return rc;
 }
 
 int tn_trainer_next_logged(tn_trainer *t, tn_step_stats *st) {

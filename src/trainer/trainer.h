@@ -24,6 +24,14 @@
 #include "trainer/sync_state.h"
 #include "trainer/zero.h"
 
+/* Where one rank's step went, in seconds (tn_trainer_step measures it; the job monitor shows it per rank). */
+typedef struct {
+    double data;       /* assembling this rank's micro-batches */
+    double compute;    /* forward and backward (an injected slowdown, TANDEM_FAULT_SLOW, included) */
+    double wait;       /* waiting for the other ranks: token counts, gradient exchange, loss sum, balancing */
+    double optimizer;  /* clipping, AdamW, ZeRO's bookkeeping after the update */
+} tn_step_times;
+
 typedef struct {
     int step;          /* which step (counted from 1) */
     int skipped;       /* non-finite: skipped (DiLoCo: on this many machines) */
@@ -33,6 +41,8 @@ typedef struct {
     int64_t tokens;    /* trained tokens (targets) of the global batch */
     int64_t seen;      /* tokens processed by all ranks (incl. prompt and padding) */
     double comm_wait;  /* seconds waited for the gradient exchange after backward */
+    tn_step_times times; /* this rank's step by phase (tn_trainer_step only; zero from tn_trainer_next_logged) */
+    int64_t samples;   /* this rank's share of the global batch (tn_trainer_step only) */
 } tn_step_stats;
 
 typedef struct {

@@ -1,8 +1,8 @@
 #!/bin/sh
 # mutants.sh -- shows that the tests can fail: plants one known bug at a time in a copy of the source, rebuilds
-# the test that should catch it there (the parity test unless a mutant names another) and requires it to fail.
-# Image mutants rebuild test_parity_vl_data instead, which reads ../shared/ref's vision-language fixtures (skipped
-# without ../shared, a failure with CI=true). The product code is never touched: each mutant is a
+# the test that should catch it there (the parity test unless a mutant names another; image mutants rebuild
+# test_parity_vl_data, which reads ../shared/ref's vision-language fixtures: skipped without ../shared, a failure
+# with CI=true) and requires it to fail. The product code is never touched: each mutant is a
 # literal text replacement in the copy (the script fails if the text is no longer found, so a refactor cannot
 # silently turn a mutant into a no-op).
 # Usage: tests/mutants/mutants.sh [SOURCE_DIR]   (default: the checkout this script is in)
@@ -12,13 +12,13 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/tandem-mutants.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT INT TERM
 mkdir -p "$WORK/src"
 # only what building the parity test needs
-(cd "$SRC" && tar cf - CMakeLists.txt src tests) | (cd "$WORK/src" && tar xf -)
+(cd "$SRC" && tar cf - --exclude=node_modules CMakeLists.txt cmake src tests) | (cd "$WORK/src" && tar xf -)
 cmake -S "$WORK/src" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=OFF >"$WORK/cmake.log" 2>&1 ||
   { cat "$WORK/cmake.log"; echo "mutants: cmake failed"; exit 1; }
 
-TEST=test_parity_fixtures
+TEST=test_parity_fixtures # the test a mutant without its own must make fail
 SHARED=$(cd "$SRC/.." && pwd)/shared
-build_and_run() { # [TEST] -> exit status of that test (default $TEST); its output in $WORK/run.log
+build_and_run() { # [TEST] -> exit status of the test (default $TEST); its output in $WORK/run.log
   t=${1:-$TEST}
   cmake --build "$WORK/build" -j "$(nproc)" --target "$t" >"$WORK/build.log" 2>&1 ||
     { tail -20 "$WORK/build.log"; echo "mutants: build failed"; exit 1; }
@@ -36,8 +36,8 @@ else
   tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails the parity test"; exit 1
 fi
 
-# the generation tests must pass unmutated too
-for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics; do
+# the generation and dashboard tests must pass unmutated too
+for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -114,6 +114,16 @@ mutant bleu-method3-no-doubling infer/nlg_metrics.c '1.0 / (ldexp(1.0, ++zeros) 
   '1.0 / (ldexp(1.0, ++zeros > 0) * (double)den)' test_unit_nlg_metrics
 mutant rouge-n-counts-repeats infer/nlg_metrics.c 'if (i == 0 || ngram_cmp(&out[i], &out[u - 1])) out[u++] = out[i];' \
   'out[u++] = out[i];' test_unit_nlg_metrics
+
+# the dashboard (tests/unit/test_unit_dashboard.c)
+mutant dashboard-straggler-by-step-not-per-sample serve/dash_view.c \
+  'per[r] = s > 0 ? c / s : c;' 'per[r] = s > 0 ? c : c;' test_unit_dashboard
+mutant dashboard-straggler-after-two-windows serve/dash_view.h \
+  '#define STRAGGLER_WINDOWS 3' '#define STRAGGLER_WINDOWS 2' test_unit_dashboard
+mutant dashboard-points-printed-by-cjson serve/dash_view.c \
+  'if (isfinite(v)) tn_sb_py_float(b, v);' 'if (isfinite(v)) tn_sb_printf(b, "%.15g", v);' test_unit_dashboard
+mutant dashboard-event-ring-without-byte-bound serve/dash_store.c \
+  's->bytes + b.n > STORE_EVENT_BYTES' 's->bytes + b.n > 4 * STORE_EVENT_BYTES' test_unit_dashboard
 
 # Image side (decode, PIL's resize, smart_resize, patchify) against the vision-language fixtures.
 TEST=test_parity_vl_data
