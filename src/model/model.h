@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "model/model_config.h"
+#include "data/mm_batch.h"
 
 enum { TN_LT_Q, TN_LT_K, TN_LT_V, TN_LT_O, TN_LT_GATE, TN_LT_UP, TN_LT_DOWN, TN_LT_COUNT };
 extern const char *const tn_lora_target_names[TN_LT_COUNT]; /* "q_proj", ... "down_proj" */
@@ -125,6 +126,10 @@ void tn_acts_free(tn_acts *a);
  * row, so any split of the global batch into ranks and micro-batches draws the same masks). */
 void tn_acts_set_first_row(tn_acts *a, int64_t first_row);
 size_t tn_acts_bytes(const tn_acts *a);
+/* Images of the next micro-batch for a vision-language model (layout: data/mm_batch.h), borrowed until the
+ * next forward on this workspace returns; NULL or n_images 0: text only. A model that takes no images refuses
+ * a batch that has some: -1 and one line in err. */
+int tn_acts_set_images(tn_acts *a, const tn_mm_batch *mm, char *err, size_t errlen);
 
 /* Forward + cross-entropy + backward for one micro-batch [B, S] (HF label convention: position t is
  * scored against labels[t + 1]; -100 ignored). Gradients are ACCUMULATED into m->grad, scaled by

@@ -52,6 +52,8 @@ struct tn_acts {
     float *xs;                 /* [TC, D] final-norm output of one chunk of scored rows */
     int n_scored;
     int32_t *host_targets, *host_scored; /* [T] host staging */
+    int takes_images;          /* the model has a vision tower */
+    const tn_mm_batch *mm;     /* images of the next forward (borrowed), NULL: text only */
 };
 
 /* ---------------------------------------------------------------- workspace */
@@ -185,6 +187,16 @@ static const float *lora_input(const tn_model *m, tn_acts *a, const float *x, in
 }
 
 void tn_acts_set_first_row(tn_acts *a, int64_t first_row) { a->first_row = first_row; }
+
+int tn_acts_set_images(tn_acts *a, const tn_mm_batch *mm, char *err, size_t errlen) {
+    if (mm && mm->n_images > 0 && !a->takes_images) {
+        snprintf(err, errlen, "this model takes no images, but a batch holds %d (a vision-language model_type "
+                 "is needed)", mm->n_images);
+        return -1;
+    }
+    a->mm = (mm && mm->n_images > 0) ? mm : NULL;
+    return 0;
+}
 
 /* y[T, out] (row stride ldy) += scale * (drop(x)[T, in] A^T) B^T ; saves la = drop(x) A^T [T, r] */
 static void lora_forward(const tn_model *m, tn_acts *a, const tn_lora_pair *w, float *la, const float *x,
