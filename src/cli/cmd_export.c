@@ -12,6 +12,7 @@
 #include "config/train_config.h"
 #include "core/core.h"
 #include "model/model.h"
+#include "trainer/memory_check.h"
 
 static int do_export(const tn_train_config *cfg) {
     if (!cfg->model_name_or_path[0]) return tn_err("export: set model_name_or_path (the base model folder)");
@@ -19,10 +20,11 @@ static int do_export(const tn_train_config *cfg) {
     char *cfg_path = tn_path_join(cfg->model_name_or_path, "config.json");
     tn_model_config mc;
     int rc = tn_model_config_load(cfg_path, &mc);
+    tn_lora_config lora = {0};
+    if (rc == 0 && cfg->adapter_name_or_path[0]) rc = tn_lora_config_load(cfg->adapter_name_or_path, &lora);
+    if (rc == 0) rc = tn_memory_check_create(cfg_path, &mc, lora.r > 0);
     free(cfg_path);
     if (rc) return -1;
-    tn_lora_config lora = {0};
-    if (cfg->adapter_name_or_path[0] && tn_lora_config_load(cfg->adapter_name_or_path, &lora) != 0) return -1;
     tn_model *m = tn_model_create(&mc, lora.r ? &lora : NULL, tn_backend_cpu());
     rc = tn_model_load_hf(m, cfg->model_name_or_path);
     if (rc == 0 && lora.r) rc = tn_model_load_adapter(m, cfg->adapter_name_or_path);
@@ -89,6 +91,7 @@ int tn_cmd_init_model(int argc, char **argv) {
     }
     tn_model_config mc;
     int rc = tn_model_config_load(config, &mc);
+    if (rc == 0) rc = tn_memory_check_create(config, &mc, 0); /* named before allocating, as train does */
     tn_model *m = rc ? NULL : tn_model_create(&mc, NULL, tn_backend_cpu());
     if (m) {
         tn_model_init_random(m, (uint64_t)seed);

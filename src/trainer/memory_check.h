@@ -30,5 +30,14 @@ double tn_memory_available(int *limited);
 /* The whole check for `tandem train`: config.json (and the weights' shapes), then the estimate for
  * local_ranks ranks on this machine against its memory. 0, or -1 + tn_err naming the key and the bytes. */
 int tn_memory_check(const tn_train_config *cfg, int seq_len, int local_ranks);
+/* The same check for a command that only builds model mc (config file path), bytes_per_param bytes per parameter
+ * (init-model: 8, the weights and their gradients), against avail bytes (tn_memory_available; limited: a cgroup's
+ * limit; avail 0: unknown: then only the 2^62 bytes model.c's offsets can count are checked). 0, or -1 + tn_err naming the key. */
+int tn_memory_check_model(const char *path, const tn_model_config *mc, double bytes_per_param, double avail,
+                          int limited);
+/* tn_memory_check_model before tn_model_create(mc) in a command that does not train (init-model, export, chat):
+ * the slab and the gradients of a full model (8 bytes per parameter), of a LoRA one the slab (4), against this
+ * machine's memory. */
+int tn_memory_check_create(const char *path, const tn_model_config *mc, int lora);
 
 #endif
