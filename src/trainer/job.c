@@ -255,6 +255,8 @@ typedef struct {
     int64_t loss_tokens;
     double comm_wait;
     tn_monitor *mon;          /* every rank: the steps' timings for tandem_ranks.jsonl */
+    int steps_trained;        /* steps of this process that were not skipped */
+    int last_skipped;         /* the last final step was skipped (non-finite loss or gradient) */
 } job_ctx;
 
 /* The dashboard's address, as TensorBoard prints its own. */
@@ -465,6 +467,7 @@ typedef struct {
 static int take_final(job_ctx *j, loop_state *L, const tn_step_stats *fs) {
     const tn_train_config *cfg = j->cfg;
     tn_trainer *t = j->t;
+    j->last_skipped = fs->skipped != 0;
     if (fs->skipped) {
         if (j->lead && t->diloco)
             fprintf(stderr, "tandem: warning: step %d: non-finite loss or gradient on %d machine(s); skipped there\n",
@@ -476,6 +479,7 @@ static int take_final(job_ctx *j, loop_state *L, const tn_step_stats *fs) {
         return 0;
     }
     L->bad = 0;
+    j->steps_trained++;
     L->window_loss += fs->loss * (double)fs->tokens;
     L->window_tokens += fs->tokens;
     L->window_seen += fs->seen;
@@ -504,6 +508,21 @@ static int take_final(job_ctx *j, loop_state *L, const tn_step_stats *fs) {
         L->window_loss = 0, L->window_tokens = 0, L->window_seen = 0, L->window_compute = 0, L->window_eval = 0;
         L->last = ended;
     }
+    return 0;
+}
+
+/* A run that trained nothing, or ended on a non-finite loss, is a failure, not "saved": the weights it would save
+ * are not those of a finished run. 1 + tn_err when so. */
+static int ended_untrained(const job_ctx *j) {
+    int ran = j->t->step - j->start_step;
+    if (ran > 0 && j->steps_trained == 0)
+        return tn_err("every one of the %d steps of this run had a non-finite loss or gradient and was skipped: nothing "
+                      "was trained, nothing saved (check the model's weights and the data, or lower learning_rate)",
+                      ran), 1;
+    if (ran > 0 && j->last_skipped)
+        return tn_err("the last step (%d) had a non-finite loss or gradient: the run did not end on a finite loss, "
+                      "nothing saved (lower learning_rate or check the data; the checkpoints hold the earlier steps)",
+                      j->t->step), 1;
     return 0;
 }
 
@@ -555,6 +574,7 @@ static int train_loop(job_ctx *j) {
     }
     free(L.done_at);
     if (rc) return rc;
+    if (ended_untrained(j)) return j->lead ? -1 : -2; /* every rank sees the same final numbers */
     if (t->world > 1 && agree(j->comm, report_memory(j))) return -1;
     if (j->lead) {
         printf("tandem: trained %d steps in %.1f s", t->step - j->start_step, tn_now() - j->t0);

@@ -1,0 +1,59 @@
+#!/bin/sh
+# A run that trained nothing never reports success (issue 24, item 2): with NaN in the base model's weights every
+# step is skipped (fewer than max_bad_steps of them), and with a NaN injected into every step's gradient, or into
+# the last step's, the run fails with one error line saying why: exit status 1, no "saved" line, no model or
+# adapter and no results files in output_dir. A NaN in an earlier step only (the run ends on a finite loss)
+# still succeeds.
+set -u
+. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
+BIN=${TANDEM_BIN:?}
+TD=${TANDEM_TESTS_DIR:?}
+EX=$TD/../examples
+T=$(mktemp -d /tmp/tandem-nofalse-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+export TANDEM_CACHE_DIR=$T/cache
+fails=0 checks=0
+
+# failed NAME WANT: the run NAME exited 1 with exactly one error line holding WANT, claimed nothing, left nothing
+failed() {
+  [ "$rc" -eq 1 ] && [ "$(grep -c 'tandem: error:' "$T/$1.log")" -eq 1 ] && grep 'tandem: error:' "$T/$1.log" | grep -q -- "$2" &&
+    ! grep -q 'saved .* to' "$T/$1.log" && [ ! -e "$T/$1/model.safetensors" ] && [ ! -e "$T/$1/adapter_model.safetensors" ] &&
+    [ ! -e "$T/$1/all_results.json" ] && [ ! -e "$T/$1/train_results.json" ]
+}
+
+# 1. the issue's case: a base model whose final norm is NaN, trained with LoRA
+printf '{"model_type": "qwen2", "vocab_size": 320, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+ "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 256, "tie_word_embeddings": true}\n' \
+  >"$T/tiny.json"
+"$BIN" init-model "$T/tiny.json" "$T/model" --tokenizer "$TD/fixtures/lf_data/tok_q" >/dev/null
+python3 - "$T/model/model.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+with open(path, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    info = json.loads(f.read(n))["model.norm.weight"]
+    lo, hi = info["data_offsets"]
+    f.seek(8 + n + lo)
+    f.write(struct.pack("<f", float("nan")) * ((hi - lo) // 4))
+PY
+"$BIN" train "$EX/lf/qwen_lora_sft.yaml" model_name_or_path="$T/model" dataset=hi dataset_dir="$TD/fixtures/lf_data/data" \
+  max_steps=3 max_samples=8 gradient_accumulation_steps=1 output_dir="$T/nanw" >"$T/nanw.log" 2>&1
+rc=$?
+echo "NaN weights: exit $rc: $(grep 'tandem: error' "$T/nanw.log")"
+check 'failed nanw "every one of the 3 steps of this run had a non-finite loss or gradient and was skipped"'
+
+# 2. every step's gradient NaN (fault injection), 3. only the last step's, 4. only an earlier step's
+TANDEM_FAULT_NAN_STEPS=1-4 "$BIN" train "$EX/demo_addition.yaml" max_steps=4 output_dir="$T/all" >"$T/all.log" 2>&1
+rc=$?
+check 'failed all "every one of the 4 steps"'
+TANDEM_FAULT_NAN_STEPS=4 "$BIN" train "$EX/demo_addition.yaml" max_steps=4 output_dir="$T/last" >"$T/last.log" 2>&1
+rc=$?
+echo "last step NaN: exit $rc: $(grep 'tandem: error' "$T/last.log")"
+check 'failed last "the last step (4) had a non-finite loss or gradient"'
+TANDEM_FAULT_NAN_STEPS=2 "$BIN" train "$EX/demo_addition.yaml" max_steps=4 output_dir="$T/mid" >"$T/mid.log" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "saved model to" "$T/mid.log" && [ -f "$T/mid/all_results.json" ]'
+
+[ "$fails" -eq 0 ] || tail -n 5 "$T"/*.log
+echo "test_no_false_success: $checks checks, $fails failed"
+[ "$fails" -eq 0 ]
