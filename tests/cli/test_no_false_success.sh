@@ -3,7 +3,8 @@
 # step is skipped (fewer than max_bad_steps of them), and with a NaN injected into every step's gradient, or into
 # the last step's, the run fails with one error line saying why: exit status 1, no "saved" line, no model or
 # adapter and no results files in output_dir. A NaN in an earlier step only (the run ends on a finite loss)
-# still succeeds.
+# still succeeds. A finished run leaves no .tandem.lock in output_dir, neither `train` nor `launch` (item 14: it
+# would be uploaded with the adapter folder).
 set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
@@ -53,6 +54,14 @@ check 'failed last "the last step (4) had a non-finite loss or gradient"'
 TANDEM_FAULT_NAN_STEPS=2 "$BIN" train "$EX/demo_addition.yaml" max_steps=4 output_dir="$T/mid" >"$T/mid.log" 2>&1
 rc=$?
 check '[ $rc -eq 0 ] && grep -q "saved model to" "$T/mid.log" && [ -f "$T/mid/all_results.json" ]'
+
+check '[ ! -e "$T/mid/.tandem.lock" ]'
+need_mpirun test_no_false_success
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 "$BIN" launch -n 2 --no-bind \
+  "$EX/demo_addition.yaml" finetuning_type=lora max_steps=2 output_dir="$T/launched" >"$T/launched.log" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && [ -f "$T/launched/adapter_model.safetensors" ] && [ ! -e "$T/launched/.tandem.lock" ]'
 
 [ "$fails" -eq 0 ] || tail -n 5 "$T"/*.log
 echo "test_no_false_success: $checks checks, $fails failed"
