@@ -12,6 +12,7 @@
 #include "config/train_config.h"
 #include "core/core.h"
 #include "model/model.h"
+#include "outputs/chat_template.h"
 #include "trainer/memory_check.h"
 
 static int do_export(const tn_train_config *cfg) {
@@ -36,7 +37,10 @@ static int do_export(const tn_train_config *cfg) {
     }
     if (rc == 0) {
         int copied = tn_model_copy_tokenizer_files(cfg->model_name_or_path, cfg->export_dir);
-        if (copied < 0) rc = tn_err("export: cannot copy the tokenizer files into %s", cfg->export_dir);
+        if (copied < 0) rc = -1; /* tn_err names the file and why */
+        /* the chat template as training leaves it beside the adapter: its own file when the base only has it in
+         * tokenizer_config.json */
+        else if (tn_write_chat_template(cfg->model_name_or_path, cfg->export_dir) < 0) rc = -1;
         else
             printf("tandem: exported %s%s%s to %s (%d tokenizer files copied)\n", cfg->model_name_or_path,
                    lora.r ? " + adapter " : "", lora.r ? cfg->adapter_name_or_path : "", cfg->export_dir, copied);
@@ -60,6 +64,7 @@ int tn_cmd_export(int argc, char **argv) {
     }
     if (rc == 0) rc = tn_train_config_finish(&cfg);
     if (rc == 0) rc = tn_train_config_check_model_paths(&cfg);
+    tn_train_config_drop_note(&cfg, "export_size"); /* "only tandem export reads it": this is tandem export */
     if (rc == 0) tn_train_config_print_notices(&cfg, stdout);
     if (rc == 0) rc = do_export(&cfg);
     if (rc != 0) {
@@ -96,7 +101,9 @@ int tn_cmd_init_model(int argc, char **argv) {
     if (m) {
         tn_model_init_random(m, (uint64_t)seed);
         rc = tn_model_save_hf(m, out, (size_t)5 << 30);
-        if (rc == 0 && tokdir && tn_model_copy_tokenizer_files(tokdir, out) <= 0)
+        int copied = rc == 0 && tokdir ? tn_model_copy_tokenizer_files(tokdir, out) : 1;
+        if (copied < 0) rc = -1; /* tn_err names the file and why */
+        else if (copied == 0)
             rc = tn_err("init-model: no tokenizer files copied from %s (expected tokenizer.json there)", tokdir);
         if (rc == 0)
             printf("tandem: wrote a freshly initialised %s model (%.2fM parameters) to %s\n", mc.model_type,

@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "outputs/chat_template.h"
 #include "outputs/output_lock.h"
+#include "outputs/previous_run.h"
 #include "outputs/progress.h"
 #include "outputs/run_log.h"
 #include "outputs/tensorboard.h"
@@ -175,7 +176,7 @@ out:
 static int save_outputs(const tn_train_config *cfg, const tn_model *m) {
     int rc = m->lora.r ? tn_model_save_adapter(m, cfg->output_dir) : tn_model_save_hf(m, cfg->output_dir, (size_t)5 << 30);
     if (rc == 0 && cfg->model_name_or_path[0] && tn_model_copy_tokenizer_files(cfg->model_name_or_path, cfg->output_dir) < 0)
-        rc = tn_err("%s: cannot copy the tokenizer files", cfg->output_dir);
+        rc = -1; /* tn_err names the file and why (a full disk, say) */
     if (rc == 0 && cfg->model_name_or_path[0] && tn_write_chat_template(cfg->model_name_or_path, cfg->output_dir) < 0)
         rc = -1;
     return rc;
@@ -435,6 +436,13 @@ static int epoch_ended(const tn_trainer *t) {
     return n > 0 && t->samples_seen / n > (t->samples_seen - global) / n;
 }
 
+/* The batches an evaluation of n samples runs (tn_trainer_eval: each rank its share, micro_batch rows at a time;
+ * gradient accumulation plays no part), HF's eval steps. */
+static int eval_batches(const tn_trainer *t, int n) {
+    int64_t per_step = (int64_t)t->world * t->micro_batch;
+    return (int)((n + per_step - 1) / per_step);
+}
+
 /* An evaluation during training (eval_on_start, eval_steps, epoch ends): announced while it runs, then logged
  * as HF logs it. *seconds: its duration, which the throughput leaves out. Collective. */
 static int eval_during_training(job_ctx *j, int tty, double *seconds) {
@@ -446,7 +454,7 @@ static int eval_during_training(job_ctx *j, int tty, double *seconds) {
     *seconds = rt;
     tn_log_eval le = {.step = t->step, .epoch = epoch_of(t), .eval_loss = loss, .runtime_s = rt,
                       .n_samples = j->eval->n, .total_steps = t->total_steps, .elapsed_s = tn_now() - j->t0,
-                      .n_batches = (j->eval->n + t->world * t->micro_batch - 1) / (t->world * t->micro_batch)};
+                      .n_batches = eval_batches(t, j->eval->n)};
     if (j->lead) {
         tn_progress_eval_end(t->step, loss, j->eval->n, rt, tty);
         if (tn_run_log_eval(j->log, &le) != 0) return agree(j->comm, -1);
@@ -610,20 +618,35 @@ static int write_results(job_ctx *j, double eval_loss, double eval_rt, double tr
                             .n_samples_trained = (int)((int64_t)t->total_steps * global), .total_flos = in.total_flos,
                             .has_eval = j->eval != NULL, .eval_loss = eval_loss, .eval_runtime_s = eval_rt,
                             .eval_samples = j->eval ? j->eval->n : 0,
-                            .eval_batches = j->eval ? (int)((j->eval->n + global - 1) / (t->world * t->micro_batch)) : 0,
+                            .eval_batches = j->eval ? eval_batches(t, j->eval->n) : 0,
                             .state = &in};
     return tn_run_log_finish(j->log, j->cfg->output_dir, &sum, j->cfg->plot_loss);
 }
 
-/* After a failed final save: results of an earlier run in output_dir must not stand beside a model that
- * is now missing or half replaced. */
+/* After a failed final save or results write: no results file of this run (some written, a later one not) may
+ * stand in output_dir as if the run had completed (previous_run.h). */
 static void drop_results(const char *output_dir) {
-    const char *files[] = {"train_results.json", "eval_results.json", "all_results.json", "trainer_state.json"};
-    for (int i = 0; i < 4; i++) {
+    const char *files[] = {"train_results.json", "eval_results.json", "all_results.json", "trainer_state.json",
+                           "training_loss.png", "training_eval_loss.png"};
+    for (int i = 0; i < 6; i++) {
         char *p = tn_path_join(output_dir, files[i]);
         unlink(p);
         free(p);
     }
+}
+
+/* An earlier run's final model and results leave output_dir before this run writes (previous_run.h). Not when
+ * output_dir is the model or adapter this run reads (it would remove its own base). */
+static int clear_previous(const tn_train_config *cfg) {
+    char *out = realpath(cfg->output_dir, NULL), *base = cfg->model_name_or_path[0] ? realpath(cfg->model_name_or_path, NULL) : NULL,
+         *adapter = cfg->adapter_name_or_path[0] ? realpath(cfg->adapter_name_or_path, NULL) : NULL;
+    int same = out && ((base && strcmp(out, base) == 0) || (adapter && strcmp(out, adapter) == 0)), removed = 0, rc = 0;
+    free(out), free(base), free(adapter);
+    if (!same) rc = tn_previous_run_clear(cfg->output_dir, &removed);
+    if (rc == 0 && removed)
+        printf("tandem: note: removed the earlier run's final model and results from %s (%d files): this run writes its "
+               "own at the end, all_results.json last\n", cfg->output_dir, removed);
+    return rc;
 }
 
 /* LLaMA-Factory's resume rule, on rank 0: resume_from_checkpoint (a folder, or true for the newest in
@@ -708,6 +731,7 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
         }
     }
     if (rc == 0) rc = agree(comm, resumed < 0 ? -1 : 0);
+    if (rc == 0) rc = agree(comm, lead ? clear_previous(cfg) : 0); /* before this run writes anything */
     if (rc == 0) rc = agree(comm, tn_replica_sync_params(comm, m));
     if (rc == 0) rc = agree(comm, tn_replica_sync_position(comm, t->opt, &t->step, &t->samples_seen, !t->zero_stage));
     if (rc == 0 && t->zero_stage) { /* every rank holds rank 0's whole model now: keep the shard */
@@ -769,9 +793,9 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
         /* rank 0 alone writes; the others wait for its verdict so every rank exits with the same status */
         if (lead) {
             rc = save_outputs(cfg, m);
+            if (rc == 0) rc = write_results(&j, eval_loss, eval_rt, train_rt); /* all_results.json last: complete */
             if (rc == 0) printf("tandem: saved %s to %s\n", m->lora.r ? "LoRA adapter" : "model", cfg->output_dir);
             else drop_results(cfg->output_dir);
-            if (rc == 0) rc = write_results(&j, eval_loss, eval_rt, train_rt);
             if (rc == 0 && is_demo(cfg)) {
                 printf("tandem: held-out problems (never trained on), greedy completions:\n");
                 double acc = tn_demo_report(m, &eval, 8);

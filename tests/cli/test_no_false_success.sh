@@ -4,7 +4,7 @@
 # the last step's, the run fails with one error line saying why: exit status 1, no "saved" line, no model or
 # adapter and no results files in output_dir. A NaN in an earlier step only (the run ends on a finite loss)
 # still succeeds. A finished run leaves no .tandem.lock in output_dir, neither `train` nor `launch` (item 14: it
-# would be uploaded with the adapter folder).
+# would be uploaded with the adapter folder). An evaluation's steps per second count the batches it ran (item 11).
 set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
@@ -27,7 +27,8 @@ printf '{"model_type": "qwen2", "vocab_size": 320, "hidden_size": 16, "intermedi
  "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 256, "tie_word_embeddings": true}\n' \
   >"$T/tiny.json"
 "$BIN" init-model "$T/tiny.json" "$T/model" --tokenizer "$TD/fixtures/lf_data/tok_q" >/dev/null
-python3 - "$T/model/model.safetensors" <<'PY'
+cp -r "$T/model" "$T/nanmodel"
+python3 - "$T/nanmodel/model.safetensors" <<'PY'
 import json, struct, sys
 path = sys.argv[1]
 with open(path, "r+b") as f:
@@ -37,7 +38,7 @@ with open(path, "r+b") as f:
     f.seek(8 + n + lo)
     f.write(struct.pack("<f", float("nan")) * ((hi - lo) // 4))
 PY
-"$BIN" train "$EX/lf/qwen_lora_sft.yaml" model_name_or_path="$T/model" dataset=hi dataset_dir="$TD/fixtures/lf_data/data" \
+"$BIN" train "$EX/lf/qwen_lora_sft.yaml" model_name_or_path="$T/nanmodel" dataset=hi dataset_dir="$TD/fixtures/lf_data/data" \
   max_steps=3 max_samples=8 gradient_accumulation_steps=1 output_dir="$T/nanw" >"$T/nanw.log" 2>&1
 rc=$?
 echo "NaN weights: exit $rc: $(grep 'tandem: error' "$T/nanw.log")"
@@ -56,6 +57,15 @@ rc=$?
 check '[ $rc -eq 0 ] && grep -q "saved model to" "$T/mid.log" && [ -f "$T/mid/all_results.json" ]'
 
 check '[ ! -e "$T/mid/.tandem.lock" ]'
+
+# results state what ran (item 11): with a batch of 1 an evaluation runs one step per sample, whatever
+# gradient_accumulation_steps is, so eval_steps_per_second equals eval_samples_per_second
+"$BIN" train "$EX/lf/qwen_lora_sft.yaml" model_name_or_path="$T/model" dataset=split10 dataset_dir="$TD/fixtures/lf_data/data" \
+  max_steps=2 max_samples=8 val_size=0.5 per_device_train_batch_size=1 gradient_accumulation_steps=8 output_dir="$T/ev" \
+  >"$T/ev.log" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && python3 -c "import json, sys; e = json.load(open(sys.argv[1])); print(\"eval:\", e)
+sys.exit(e[\"eval_steps_per_second\"] != e[\"eval_samples_per_second\"])" "$T/ev/eval_results.json"'
 need_mpirun test_no_false_success
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 "$BIN" launch -n 2 --no-bind \
