@@ -64,7 +64,9 @@ int tn_cmd_export(int argc, char **argv) {
     }
     if (rc == 0) rc = tn_train_config_finish(&cfg);
     if (rc == 0) rc = tn_train_config_check_model_paths(&cfg);
-    tn_train_config_drop_note(&cfg, "export_size"); /* "only tandem export reads it": this is tandem export */
+    char shards[96]; /* the general note says "only tandem export reads it": this is tandem export */
+    snprintf(shards, sizeof shards, "safetensors shards of at most %d GB", cfg.export_size);
+    tn_train_config_reword_note(&cfg, "export_size", shards);
     if (rc == 0) tn_train_config_print_notices(&cfg, stdout);
     if (rc == 0) rc = do_export(&cfg);
     if (rc != 0) {

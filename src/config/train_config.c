@@ -307,6 +307,14 @@ void tn_train_config_drop_note(tn_train_config *c, const char *key) {
     }
 }
 
+void tn_train_config_reword_note(tn_train_config *c, const char *key, const char *text) {
+    size_t klen = strlen(key);
+    int had = 0;
+    for (const char *line = c->notices; *line && !had; line = strchr(line, '\n') + 1)
+        had = strncmp(line, key, klen) == 0 && line[klen] == ':';
+    if (had) add_note(c, key, "%s", text);
+}
+
 static void add_note(tn_train_config *c, const char *key, const char *fmt, ...) {
     tn_train_config_drop_note(c, key); /* one note per key: the latest */
     size_t used = strlen(c->notices);

@@ -6,6 +6,7 @@
 #include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -33,6 +34,11 @@ int tn_previous_run_clear(const char *output_dir, int *removed) {
     for (struct dirent *e; rc == 0 && (e = readdir(d));) {
         if (!is_final(e->d_name)) continue;
         char *p = tn_path_join(output_dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) { /* not a file a run wrote: left to fail the write */
+            free(p);
+            continue;
+        }
         if (unlink(p) == 0) ++*removed;
         else if (errno != ENOENT)
             rc = tn_err("%s: cannot remove the earlier run's %s before this run writes its own: %s", output_dir,
