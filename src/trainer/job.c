@@ -23,6 +23,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/demo_eval.h"
 #include "trainer/diloco.h"
+#include "trainer/grad_sync.h"
 #include "trainer/memory_check.h"
 #include "trainer/monitor.h"
 #include "serve/dashboard.h"
@@ -213,12 +214,11 @@ static void print_banner(const tn_train_config *cfg, const tn_model *m, const tn
                    cfg->diloco_overlap ? "one round late (the exchange overlaps the next round)" : "every machine waiting for it",
                    mb);
         } else {
+            const tn_grad_sync_stats *gs = tn_grad_sync_get_stats(t->sync); /* the plan that runs, not the cap */
             printf("tandem: data parallel over %d rank(s) on %d machine(s)%s; gradients all-reduced once per step "
-                   "in %d bucket(s) of <= %.3g MB\n",
+                   "in %d bucket(s) of <= %.3g MB (ddp_bucket_cap_mb %g; at least 8 buckets of >= 64 KB where the gradients allow, for overlap)\n",
                    in->size, in->n_nodes, in->n_nodes > 1 ? " (hierarchical: inside each machine first)" : "",
-                   (int)((m->n_trainable * sizeof(float) + (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0) - 1) /
-                         (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0)),
-                   cfg->ddp_bucket_cap_mb);
+                   gs->n_buckets, gs->bucket_bytes / 1048576.0, cfg->ddp_bucket_cap_mb);
             if (t->codec)
                 printf("tandem: gradients cross between machines as %s with error feedback: %.3g MB per step sent by "
                        "each machine (fp32: %.3g MB)\n", codec[t->codec], mb,

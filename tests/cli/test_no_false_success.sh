@@ -4,7 +4,8 @@
 # the last step's, the run fails with one error line saying why: exit status 1, no "saved" line, no model or
 # adapter and no results files in output_dir. A NaN in an earlier step only (the run ends on a finite loss)
 # still succeeds. A finished run leaves no .tandem.lock in output_dir, neither `train` nor `launch` (item 14: it
-# would be uploaded with the adapter folder). An evaluation's steps per second count the batches it ran (item 11).
+# would be uploaded with the adapter folder). An evaluation's steps per second count the batches it ran (item 11); the data-parallel
+# banner states the gradient buckets that run (item 9).
 set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
@@ -72,6 +73,22 @@ OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 "$
   "$EX/demo_addition.yaml" finetuning_type=lora max_steps=2 output_dir="$T/launched" >"$T/launched.log" 2>&1
 rc=$?
 check '[ $rc -eq 0 ] && [ -f "$T/launched/adapter_model.safetensors" ] && [ ! -e "$T/launched/.tandem.lock" ]'
+
+# the log states the buckets that run (item 9): the demo's 626944 fp32 gradients (counted from its config.json here)
+# cut as grad_sync.h says: buckets of at most ddp_bucket_cap_mb, at least 8 of them, none under 64 KB
+OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 "$BIN" launch -n 2 --no-bind \
+  "$EX/demo_addition.yaml" max_steps=1 output_dir="$T/dp" >"$T/dp.log" 2>&1
+rc=$?
+want=$(python3 -c "
+import json, math, sys
+c = json.load(open(sys.argv[1]))
+D, I, L, V = c['hidden_size'], c['intermediate_size'], c['num_hidden_layers'], c['vocab_size']
+hd = D // c['num_attention_heads']; q, kv = c['num_attention_heads'] * hd, c['num_key_value_heads'] * hd
+n = L * (2 * D + 2 * q * D + 2 * kv * D + 3 * I * D) + V * D * (1 if c['tie_word_embeddings'] else 2) + D
+per = min(4 * 1048576 // 4, max(math.ceil(n / 8), 16384))
+print('in %d bucket(s) of <= %.3g MB' % (math.ceil(n / per), per * 4 / 1048576))" "$EX/demo/config.json")
+echo "buckets: want '$want': $(grep -o 'in [0-9]* bucket.*MB' "$T/dp.log")"
+check '[ $rc -eq 0 ] && grep -q "gradients all-reduced once per step $want " "$T/dp.log"'
 
 [ "$fails" -eq 0 ] || tail -n 5 "$T"/*.log
 echo "test_no_false_success: $checks checks, $fails failed"
