@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/shell_quote.h"
 #include "launch/rank_watch.h"
 #include "data/dataset.h"
 #include "data/lf_dataset.h"
@@ -262,8 +263,10 @@ typedef struct {
 
 /* The dashboard's address, as TensorBoard prints its own. */
 static void print_dashboard(const tn_dash *d, const char *output_dir) {
-    printf("tandem: dashboard of this run at %s (live; afterwards: tandem dashboard %s)%s\n", tn_dash_url(d), output_dir,
+    char *dir = tn_sh_quote(output_dir); /* the command is pasted into a shell */
+    printf("tandem: dashboard of this run at %s (live; afterwards: tandem dashboard %s)%s\n", tn_dash_url(d), dir,
            getenv("TANDEM_DASHBOARD_TOKEN") && *getenv("TANDEM_DASHBOARD_TOKEN") ? "; open it with ?token=$TANDEM_DASHBOARD_TOKEN once" : "");
+    free(dir);
     if (!tn_dash_has_charts(d))
         printf("tandem: note: the dashboard draws no charts without uPlot: scripts/install-deps.sh installs it (npm, "
                "into deps/node_modules); the rest of the page works\n");
@@ -755,7 +758,9 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
         if (j.log && cfg->report_tensorboard) { /* HF's default logging_dir: a new runs/ folder per run */
             char *dir = cfg->logging_dir[0] ? tn_xstrdup(cfg->logging_dir) : tn_tb_default_logdir(cfg->output_dir);
             if (tn_run_log_tensorboard(j.log, dir) == 0) {
-                printf("tandem: TensorBoard event files in %s (tensorboard --logdir %s)\n", dir, dir);
+                char *q = tn_sh_quote(dir);
+                printf("tandem: TensorBoard event files in %s (tensorboard --logdir %s)\n", dir, q);
+                free(q);
             } else {
                 tn_run_log_close(j.log);
                 j.log = NULL;
