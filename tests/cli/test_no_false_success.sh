@@ -5,7 +5,7 @@
 # adapter and no results files in output_dir. A NaN in an earlier step only (the run ends on a finite loss)
 # still succeeds. A finished run leaves no .tandem.lock in output_dir, neither `train` nor `launch` (item 14: it
 # would be uploaded with the adapter folder). An evaluation's steps per second count the batches it ran (item 11); the data-parallel
-# banner states the gradient buckets that run (item 9).
+# banner states the gradient buckets that run (item 9); bf16 gets one truthful line for the backend in use (item 8).
 set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
@@ -73,6 +73,16 @@ OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 "$
   "$EX/demo_addition.yaml" finetuning_type=lora max_steps=2 output_dir="$T/launched" >"$T/launched.log" 2>&1
 rc=$?
 check '[ $rc -eq 0 ] && [ -f "$T/launched/adapter_model.safetensors" ] && [ ! -e "$T/launched/.tandem.lock" ]'
+
+# the notes on bf16 say what the backend in use does, once (item 8): with the DeepSpeed ZeRO-3 example on the CPU
+# (TANDEM_DEVICE=cpu) a line saying the CPU computes in fp32, and the DeepSpeed note defers to the YAML's bf16
+TANDEM_DEVICE=cpu "$BIN" train "$EX/lf/qwen_lora_sft.yaml" model_name_or_path="$T/model" dataset=split10 \
+  dataset_dir="$TD/fixtures/lf_data/data" max_steps=1 max_samples=4 deepspeed="$EX/deepspeed/ds_z3_config.json" \
+  output_dir="$T/ds" >"$T/ds.log" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && [ "$(grep -c "bf16.*fp32\|fp32.*bf16" "$T/ds.log")" -eq 1 ] &&
+  grep -q "^tandem: note: bf16: the CPU backend runs it, in fp32 (device: cpu)" "$T/ds.log" &&
+  grep -q "bf16/fp16: the YAML.s bf16 key decides (bf16: true)" "$T/ds.log"'
 
 # the log states the buckets that run (item 9): the demo's 626944 fp32 gradients (counted from its config.json here)
 # cut as grad_sync.h says: buckets of at most ddp_bucket_cap_mb, at least 8 of them, none under 64 KB
