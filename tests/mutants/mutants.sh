@@ -5,7 +5,7 @@
 # with CI=true) and requires it to fail. The product code is never touched: each mutant is a
 # literal text replacement in the copy (the script fails if the text is no longer found, so a refactor cannot
 # silently turn a mutant into a no-op).
-# Usage: tests/mutants/mutants.sh [SOURCE_DIR]   (default: the checkout this script is in)
+# Usage: [MUTANTS_ONLY="GLOB ..."] tests/mutants/mutants.sh [SOURCE_DIR]   (default: the checkout this script is in)
 set -eu
 SRC=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/tandem-mutants.XXXXXX")
@@ -37,7 +37,8 @@ else
 fi
 
 # the generation and dashboard tests must pass unmutated too
-for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard; do
+for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_nonfinite \
+  test_unit_size_limits; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -45,6 +46,12 @@ done
 # parity test) to fail
 mutant() {
   name=$1 file="$WORK/src/src/$2" old=$3 new=$4 test=${5:-}
+  # MUTANTS_ONLY="GLOB ...": only the mutants whose name matches one (to check new ones without the whole list)
+  if [ -n "${MUTANTS_ONLY:-}" ]; then
+    keep=0
+    for g in $MUTANTS_ONLY; do case $name in $g) keep=1 ;; esac; done
+    [ $keep -eq 1 ] || return 0
+  fi
   cp "$file" "$WORK/orig"
   OLD="$old" NEW="$new" perl -0pi -e 's/\Q$ENV{OLD}\E/$ENV{NEW}/g' "$file"
   if cmp -s "$file" "$WORK/orig"; then
@@ -124,6 +131,15 @@ mutant dashboard-points-printed-by-cjson serve/dash_view.c \
   'if (isfinite(v)) tn_sb_py_float(b, v);' 'if (isfinite(v)) tn_sb_printf(b, "%.15g", v);' test_unit_dashboard
 mutant dashboard-event-ring-without-byte-bound serve/dash_store.c \
   's->bytes + b.n > STORE_EVENT_BYTES' 's->bytes + b.n > 4 * STORE_EVENT_BYTES' test_unit_dashboard
+# Non-finite kernel inputs and absurd sizes (issue 24): the property tests must notice each guard missing.
+mutant exp-nan-comes-out-finite backend/vmath.h 'return x == x ? e : x;' 'return e;' test_unit_nonfinite
+mutant dropout-swallows-nan backend/cpu_backend.c \
+  'y[i] = x[i] * (tn_hash_uniform(seed, i) >= p ? keep_scale : 0.0f);' \
+  'y[i] = tn_hash_uniform(seed, i) >= p ? x[i] * keep_scale : 0.0f;' test_unit_nonfinite
+mutant int-widths-unchecked model/model_config.c \
+  'if (check_widths(c, path, hd_given) != 0) return -1;' 'if (check_widths(c, path, hd_given) != 0 && 0) return -1;' test_unit_size_limits
+mutant model-bytes-unchecked trainer/memory_check.c \
+  'if (total * bytes_per_param <= avail) return 0;' 'return 0;' test_unit_size_limits
 
 # Image side (decode, PIL's resize, smart_resize, patchify) against the vision-language fixtures.
 TEST=test_parity_vl_data
