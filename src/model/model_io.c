@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "outputs/quiet_watch.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 
@@ -47,6 +48,10 @@ int tn_model_load_hf(tn_model *m, const char *dir) {
     if (st_set_open(&set, dir) != 0) return -1;
     float *host = tn_xmalloc(max_numel(m) * sizeof *host);
     int rc = 0;
+    double total = 0, done = 0, t0 = tn_now();
+    for (int i = 0; i < set.nfiles; i++) total += (double)set.files[i].size;
+    tn_quiet quiet; /* a big model loads for seconds: a line every few, on stderr (stdout may be an answer) */
+    tn_quiet_start(&quiet, 0, t0);
     for (int i = 0; i < m->n_params && rc == 0; i++) {
         const tn_param *p = &m->params[i];
         if (strstr(p->name, ".lora_")) continue;
@@ -57,6 +62,10 @@ int tn_model_load_hf(tn_model *m, const char *dir) {
             break;
         }
         rc = load_tensor(m, f, t, p, host);
+        done += (double)(t->end - t->begin);
+        if (tn_quiet_tick(&quiet, tn_now(), 0))
+            fprintf(stderr, "tandem: loading the weights of %s: %.2f of %.2f GB in %.0f s\n", dir, done / 1e9, total / 1e9,
+                    tn_now() - t0);
     }
     free(host);
     st_set_close(&set);
