@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/cuda_internal.cuh"
+#include "backend/frozen_ranges.h"
 
 cu_state g_cu;
 
@@ -42,10 +43,8 @@ static int g_n_blocks, g_cap_blocks;
 static size_t g_bytes, g_peak;
 /* The frozen parts, copied out of g_blocks for the lock-free lookup on every kernel call (main thread only). */
 #define MAX_FROZEN 16
-static struct {
-    uintptr_t lo, hi;
-    bf16 *store;
-} g_frozen[MAX_FROZEN];
+static tn_frozen_range g_frozen[MAX_FROZEN];
+static bf16 *g_frozen_store[MAX_FROZEN];
 static int g_n_frozen;
 
 static void account(ptrdiff_t delta) {
@@ -68,7 +67,7 @@ static void remember(const cu_block *b) {
 const bf16 *cu_frozen(const float *p) {
     uintptr_t a = (uintptr_t)p;
     for (int i = 0; i < g_n_frozen; i++)
-        if (a >= g_frozen[i].lo && a < g_frozen[i].hi) return g_frozen[i].store + (a - g_frozen[i].lo) / sizeof(float);
+        if (a >= g_frozen[i].lo && a < g_frozen[i].hi) return g_frozen_store[i] + (a - g_frozen[i].lo) / sizeof(float);
     return NULL;
 }
 
@@ -202,7 +201,7 @@ static float *cuda_alloc_params(size_t n, size_t trainable) {
     b.hi = b.lo + n * sizeof(float);
     b.frozen_lo = b.lo + trainable * sizeof(float);
     if (g_n_frozen == MAX_FROZEN) tn_die("cuda: more than %d parameter slabs with frozen weights", MAX_FROZEN);
-    g_frozen[g_n_frozen].lo = b.frozen_lo, g_frozen[g_n_frozen].hi = b.hi, g_frozen[g_n_frozen].store = b.frozen;
+    g_frozen[g_n_frozen].lo = b.frozen_lo, g_frozen[g_n_frozen].hi = b.hi, g_frozen_store[g_n_frozen] = b.frozen;
     g_n_frozen++;
     remember(&b);
     return (float *)b.lo;
@@ -221,10 +220,15 @@ static void cuda_free(void *p) {
     g_blocks[k] = g_blocks[--g_n_blocks];
     account(-(ptrdiff_t)b.bytes);
     pthread_mutex_unlock(&g_mu);
-    CU_CHECK(cudaStreamSynchronize(g_cu.stream)); /* nothing queued may still use it */
+    /* nothing queued may still use it: the kernels' stream, and NCCL's (a collective on the parameters or gradients
+     * may still run there at teardown), and any other stream of this device */
+    CU_CHECK(cudaDeviceSynchronize());
     if (b.frozen) {
         for (int i = 0; i < g_n_frozen; i++)
-            if (g_frozen[i].store == b.frozen) g_frozen[i] = g_frozen[--g_n_frozen];
+            if (g_frozen_store[i] == b.frozen) {
+                --g_n_frozen;
+                g_frozen[i] = g_frozen[g_n_frozen], g_frozen_store[i] = g_frozen_store[g_n_frozen];
+            }
         CU_CHECK(cudaFree(b.frozen));
     }
     if (b.vmm) {
@@ -329,25 +333,21 @@ const float *cu_weight_f32(const float *p, size_t n) {
 
 #define STAGE_FLOATS ((size_t)1 << 22) /* 16 MB staging chunks for frozen (bf16) transfers */
 
-/* Split [p, p + n) at the start of a frozen range: the fp32 part first. */
-static size_t plain_prefix(const float *p, size_t n) {
-    uintptr_t a = (uintptr_t)p, b = (uintptr_t)(p + n);
-    for (int i = 0; i < g_n_frozen; i++)
-        if (g_frozen[i].lo > a && g_frozen[i].lo < b) return (g_frozen[i].lo - a) / sizeof(float);
-    return n;
+/* The first piece of [p, p + n) (frozen_ranges.h): its length; *f the bf16 store of a frozen piece, else NULL. */
+static size_t piece(const float *p, size_t n, const bf16 **f) {
+    int which;
+    size_t k = tn_frozen_piece(g_frozen, g_n_frozen, (uintptr_t)p, n, &which);
+    *f = which < 0 ? NULL : g_frozen_store[which] + ((uintptr_t)p - g_frozen[which].lo) / sizeof(float);
+    return k;
 }
 
 static void cuda_upload(float *dst, const float *host, size_t n) {
     while (n) {
-        const bf16 *f = cu_frozen(dst);
-        size_t k = f ? n : plain_prefix(dst, n);
+        const bf16 *f;
+        size_t k = piece(dst, n, &f);
         if (!f) {
             CU_CHECK(cudaMemcpyAsync(dst, host, k * sizeof(float), cudaMemcpyHostToDevice, g_cu.stream));
         } else {
-            uintptr_t end = 0; /* stay inside this frozen range */
-            for (int i = 0; i < g_n_frozen; i++)
-                if ((uintptr_t)dst >= g_frozen[i].lo && (uintptr_t)dst < g_frozen[i].hi) end = g_frozen[i].hi;
-            if ((uintptr_t)(dst + k) > end) k = (end - (uintptr_t)dst) / sizeof(float);
             float *stage = (float *)cu_scratch(SCR_PARTIAL, STAGE_FLOATS * sizeof(float));
             for (size_t off = 0; off < k; off += STAGE_FLOATS) {
                 size_t c = k - off < STAGE_FLOATS ? k - off : STAGE_FLOATS;
@@ -362,16 +362,12 @@ static void cuda_upload(float *dst, const float *host, size_t n) {
 
 static void cuda_download(float *host, const float *src, size_t n) {
     while (n) {
-        const bf16 *f = cu_frozen(src);
-        size_t k = f ? n : plain_prefix(src, n);
+        const bf16 *f;
+        size_t k = piece(src, n, &f);
         if (!f) {
             CU_CHECK(cudaMemcpyAsync(host, src, k * sizeof(float), cudaMemcpyDeviceToHost, g_cu.stream));
             CU_CHECK(cudaStreamSynchronize(g_cu.stream));
         } else {
-            uintptr_t end = 0;
-            for (int i = 0; i < g_n_frozen; i++)
-                if ((uintptr_t)src >= g_frozen[i].lo && (uintptr_t)src < g_frozen[i].hi) end = g_frozen[i].hi;
-            if ((uintptr_t)(src + k) > end) k = (end - (uintptr_t)src) / sizeof(float);
             float *stage = (float *)cu_scratch(SCR_PARTIAL, STAGE_FLOATS * sizeof(float));
             for (size_t off = 0; off < k; off += STAGE_FLOATS) {
                 size_t c = k - off < STAGE_FLOATS ? k - off : STAGE_FLOATS;
@@ -392,19 +388,17 @@ static void cuda_upload_i32(int32_t *dst, const int32_t *host, size_t n) {
 
 /* Writers of whole ranges: a frozen range may only be zeroed (a fresh model) or uploaded. */
 static void cuda_zero(float *p, size_t n) {
-    if (!n) return;
-    const bf16 *f = cu_frozen(p);
-    size_t k = f ? 0 : plain_prefix(p, n);
-    if (k) CU_CHECK(cudaMemsetAsync(p, 0, k * sizeof(float), g_cu.stream));
-    if (k < n) {
-        const bf16 *rest = cu_frozen(p + k);
-        if (!rest) tn_die("cuda: zero of a range that leaves a frozen weight slab");
-        CU_CHECK(cudaMemsetAsync((void *)rest, 0, (n - k) * sizeof(bf16), g_cu.stream));
+    while (n) {
+        const bf16 *f;
+        size_t k = piece(p, n, &f);
+        if (f) CU_CHECK(cudaMemsetAsync((void *)f, 0, k * sizeof(bf16), g_cu.stream));
+        else CU_CHECK(cudaMemsetAsync(p, 0, k * sizeof(float), g_cu.stream));
+        p += k, n -= k;
     }
 }
 
 static void no_frozen(const float *p, size_t n, const char *what) {
-    if (n && (cu_frozen(p) || plain_prefix(p, n) != n))
+    if (tn_frozen_touches(g_frozen, g_n_frozen, (uintptr_t)p, n))
         tn_die("cuda: %s writes frozen (bf16-only) weights, which only upload may change", what);
 }
 
@@ -412,26 +406,34 @@ static void no_frozen(const float *p, size_t n, const char *what) {
 static void cuda_release(float *p, size_t n) { cuda_zero(p, n); }
 
 static size_t cuda_resident(const float *p, size_t n) {
-    if (!n) return 0;
-    const bf16 *f = cu_frozen(p);
-    size_t k = f ? 0 : plain_prefix(p, n);
-    return k * sizeof(float) + (n - k) * sizeof(bf16);
+    size_t bytes = 0;
+    while (n) {
+        const bf16 *f;
+        size_t k = piece(p, n, &f);
+        bytes += k * (f ? sizeof(bf16) : sizeof(float));
+        p += k, n -= k;
+    }
+    return bytes;
 }
 
+/* Piece by piece: a source that starts trainable and runs into the frozen tail reads the bf16 store there. */
 static void cuda_copy(float *dst, const float *src, size_t n) {
     if (!n || dst == src) return;
     no_frozen(dst, n, "copy");
-    const bf16 *f = cu_frozen(src);
-    if (f) {
-        cu_bf16_to_f32(dst, (int)n, f, (int)n, 1, (int)n);
-        return;
+    while (n) {
+        const bf16 *f;
+        size_t k = piece(src, n, &f);
+        if (f) cu_bf16_to_f32(dst, (int)k, f, (int)k, 1, (int)k);
+        else CU_CHECK(cudaMemcpyAsync(dst, src, k * sizeof(float), cudaMemcpyDeviceToDevice, g_cu.stream));
+        dst += k, src += k, n -= k;
     }
-    CU_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, g_cu.stream));
 }
 
 static void cuda_copy_rows(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
     no_frozen(dst, (size_t)(rows - 1) * ldd + cols, "copy_rows");
+    if (tn_frozen_touches(g_frozen, g_n_frozen, (uintptr_t)src, (size_t)(rows - 1) * lds + cols))
+        tn_die("cuda: copy_rows reads frozen (bf16-only) weights, which only copy and download widen");
     cu_copy_rows(dst, ldd, src, lds, rows, cols);
 }
 
@@ -601,8 +603,11 @@ int tn_cuda_owns(const void *p) {
 
 void tn_cuda_to_host(void *host, const void *dev, size_t bytes) {
     CU_CHECK(cudaSetDevice(g_cu.device));
-    if (bytes % sizeof(float) == 0 && cu_frozen((const float *)dev)) {
-        cuda_download((float *)host, (const float *)dev, bytes / sizeof(float));
+    size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
+    if (tn_frozen_touches(g_frozen, g_n_frozen, (uintptr_t)dev, n)) { /* any float of it, not only the first */
+        if (bytes % sizeof(float))
+            tn_die("cuda: a collective reads %zu bytes of frozen weights (not whole floats)", bytes);
+        cuda_download((float *)host, (const float *)dev, n);
         return;
     }
     CU_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, g_cu.stream));

@@ -37,7 +37,8 @@ else
 fi
 
 # the generation and dashboard tests must pass unmutated too
-for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard; do
+for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_sync_device \
+  test_unit_frozen_ranges test_unit_comm_shared_gpu; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -124,6 +125,13 @@ mutant dashboard-points-printed-by-cjson serve/dash_view.c \
   'if (isfinite(v)) tn_sb_py_float(b, v);' 'if (isfinite(v)) tn_sb_printf(b, "%.15g", v);' test_unit_dashboard
 mutant dashboard-event-ring-without-byte-bound serve/dash_store.c \
   's->bytes + b.n > STORE_EVENT_BYTES' 's->bytes + b.n > 4 * STORE_EVENT_BYTES' test_unit_dashboard
+# The GPU path's host side, on the fake device and hand-made records (issue 32)
+mutant diloco-memcpy-from-device-slab trainer/diloco.c \
+  'd->m->be->download(d->g, d->m->slab, d->n);' 'memcpy(d->g, d->m->slab, d->n * sizeof *d->g);' test_unit_sync_device
+mutant frozen-range-checked-at-first-address backend/frozen_ranges.h \
+  'if (r[i].lo > p && r[i].lo < end &&' 'if (r[i].lo > end && r[i].lo < end &&' test_unit_frozen_ranges
+mutant shared-gpu-by-ordinal comm/comm_device.c \
+  'if (a->bus[0] && b->bus[0]) return strcasecmp(a->bus, b->bus) == 0;' 'if (0) return 0;' test_unit_comm_shared_gpu
 
 # Image side (decode, PIL's resize, smart_resize, patchify) against the vision-language fixtures.
 TEST=test_parity_vl_data
