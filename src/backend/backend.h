@@ -144,6 +144,8 @@ int tn_backend_have_cuda(void);
 int tn_backend_gpu_count(void);
 /* PCI bus id of the GPU that CUDA device `ordinal` is (tn_backend_select's local_rank mod count); -1 when none. */
 int tn_backend_gpu_bus_id(int ordinal, char *buf, int len);
+/* Bytes of memory of CUDA device `ordinal`; 0 when none. */
+double tn_backend_gpu_memory(int ordinal);
 /* Collective over c's ranks: attaches be's device memory to the comm layer (comm.h tn_comm_attach_device; a CPU
  * backend attaches none) so gradients and parameters can be exchanged from it. note: which path carries them. */
 struct tn_comm;

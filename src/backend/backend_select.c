@@ -34,6 +34,15 @@ int tn_backend_gpu_bus_id(int ordinal, char *buf, int len) {
 #endif
 }
 
+double tn_backend_gpu_memory(int ordinal) {
+#ifdef TANDEM_HAVE_CUDA
+    return tn_cuda_memory_bytes(ordinal);
+#else
+    (void)ordinal;
+    return 0;
+#endif
+}
+
 const tn_backend *tn_backend_select(const char *device, int bf16, int local_rank) {
     int want_cuda = strcmp(device, "cuda") == 0, want_cpu = strcmp(device, "cpu") == 0;
     if (!want_cuda && !want_cpu && strcmp(device, "auto") != 0) {

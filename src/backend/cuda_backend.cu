@@ -545,6 +545,15 @@ int tn_cuda_pci_bus_id(int ordinal, char *buf, int len) {
     return 0;
 }
 
+double tn_cuda_memory_bytes(int ordinal) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, ordinal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return (double)p.totalGlobalMem;
+}
+
 const tn_backend *tn_backend_cuda(int device, int bf16) {
     if (g_cu.open) {
         if (device != g_cu.device || !!bf16 != g_cu.bf16) {

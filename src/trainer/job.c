@@ -647,12 +647,15 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     int rc = agree(comm, lead && !(lock = tn_output_lock_take(cfg->output_dir, launcher, cfg->source_path)) ? -1 : 0);
     if (rc == 0) rc = agree(comm, load_data(cfg, comm, &data));
     tn_dataset train = data.train, eval = data.eval;
-    /* absurd sizes are one line naming the key and the bytes, before anything is allocated */
-    if (rc == 0) rc = agree(comm, tn_memory_check(cfg, train.S, tn_comm_get_info(comm)->local_size));
     /* the backend: every rank the same kind, device memory attached to the comm layer (NCCL or staged MPI) */
     const tn_backend *be = NULL;
     char comm_note[320] = "";
     if (rc == 0) rc = agree(comm, (be = select_backend(cfg, comm)) ? 0 : -1);
+    /* absurd sizes are one line naming the key and the bytes, before the model is allocated (on its GPU, if any) */
+    tn_memory_target mt;
+    const tn_comm_info *ci = tn_comm_get_info(comm);
+    if (rc == 0) tn_memory_target_of(be->name, cfg->bf16, ci->local_rank, ci->local_size, &mt);
+    if (rc == 0) rc = agree(comm, tn_memory_check_on(cfg, train.S, ci->local_size, &mt));
     if (rc == 0) rc = agree(comm, tn_backend_attach_comm(be, comm, comm_note, sizeof comm_note));
     if (rc == 0 && lead && comm_note[0]) printf("tandem: note: %s\n", comm_note);
     tn_model *m = rc ? NULL : load_model(cfg, be);

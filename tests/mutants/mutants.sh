@@ -38,7 +38,7 @@ fi
 
 # the generation and dashboard tests must pass unmutated too
 for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_sync_device \
-  test_unit_frozen_ranges test_unit_comm_shared_gpu; do
+  test_unit_frozen_ranges test_unit_comm_shared_gpu test_unit_memory_check; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -130,6 +130,11 @@ mutant diloco-memcpy-from-device-slab trainer/diloco.c \
   'd->m->be->download(d->g, d->m->slab, d->n);' 'memcpy(d->g, d->m->slab, d->n * sizeof *d->g);' test_unit_sync_device
 mutant frozen-range-checked-at-first-address backend/frozen_ranges.h \
   'if (r[i].lo > p && r[i].lo < end &&' 'if (r[i].lo > end && r[i].lo < end &&' test_unit_frozen_ranges
+mutant memory-check-gpu-frozen-in-fp32 trainer/memory_check.c \
+  'tn_memory_estimate_frozen(cfg, &mc, seq_len, gpu ? t->frozen_bytes : 4, &n);' \
+  'tn_memory_estimate_frozen(cfg, &mc, seq_len, 4, &n);' test_unit_memory_check
+mutant memory-check-gpu-times-machine-ranks trainer/memory_check.c \
+  'ranks = t->gpu_ranks > 1 ? t->gpu_ranks : 1;' 'ranks = local_ranks > 1 ? local_ranks : 1;' test_unit_memory_check
 mutant shared-gpu-by-ordinal comm/comm_device.c \
   'if (a->bus[0] && b->bus[0]) return strcasecmp(a->bus, b->bus) == 0;' 'if (0) return 0;' test_unit_comm_shared_gpu
 
