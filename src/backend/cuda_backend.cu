@@ -119,6 +119,37 @@ static void load_driver_entry_points(void) {
     g_drv.ok = vmm;
 }
 
+/* ------------------------------------------------------------------ bf16 copies of the trainable weights */
+
+/* The parameter slab's fp32 part [g_params_lo, g_params_hi) (the latest alloc_params), and the kept copies of the
+ * operands read from it. g_params_version counts writes to it; a copy made at another version is rounded again. */
+static uintptr_t g_params_lo, g_params_hi;
+static unsigned long long g_params_version = 1;
+#define MAX_WEIGHTS 2048
+static struct {
+    const float *p;
+    int rows, cols, ld;
+    unsigned long long version;
+    bf16 *copy;
+} g_weights[MAX_WEIGHTS];
+static int g_n_weights;
+
+void cu_params_written(const void *p, size_t bytes) {
+    uintptr_t a = (uintptr_t)p;
+    if (a < g_params_hi && a + bytes > g_params_lo) g_params_version++;
+}
+
+static void drop_weight_copies(void) {
+    if (g_n_weights) CU_CHECK(cudaDeviceSynchronize()); /* queued products may still read them */
+    for (int i = 0; i < g_n_weights; i++) {
+        CU_CHECK(cudaFree(g_weights[i].copy));
+        pthread_mutex_lock(&g_mu);
+        account(-(ptrdiff_t)((size_t)g_weights[i].rows * g_weights[i].cols * sizeof(bf16)));
+        pthread_mutex_unlock(&g_mu);
+    }
+    g_n_weights = 0;
+}
+
 /* ------------------------------------------------------------------ allocation */
 
 static void *device_alloc(size_t bytes, const char *what) {
@@ -153,8 +184,18 @@ static int32_t *cuda_alloc_i32(size_t n) { return (int32_t *)cuda_alloc(n ? n : 
 /* The parameter slab: in bf16 mode with a frozen part, a reserved range of n floats whose trainable prefix alone is
  * backed (VMM), the frozen part held as bf16 beside it. Where VMM is missing, the whole range is plain memory
  * (the frozen weights are still read from the bf16 copy; only the saving is lost). */
+static void params_slab(float *p, size_t trainable) {
+    drop_weight_copies();
+    g_params_lo = (uintptr_t)p, g_params_hi = g_params_lo + trainable * sizeof(float);
+    g_params_version++;
+}
+
 static float *cuda_alloc_params(size_t n, size_t trainable) {
-    if (!g_cu.bf16 || trainable >= n) return cuda_alloc(n);
+    if (!g_cu.bf16 || trainable >= n) {
+        float *p = cuda_alloc(n);
+        params_slab(p, trainable < n ? trainable : n);
+        return p;
+    }
     if (n > SIZE_MAX / sizeof(float) - (64u << 20)) tn_die("parameter slab of %zu floats is too large", n);
     cu_block b;
     memset(&b, 0, sizeof b);
@@ -204,6 +245,7 @@ static float *cuda_alloc_params(size_t n, size_t trainable) {
     g_frozen[g_n_frozen].lo = b.frozen_lo, g_frozen[g_n_frozen].hi = b.hi, g_frozen_store[g_n_frozen] = b.frozen;
     g_n_frozen++;
     remember(&b);
+    params_slab((float *)b.lo, trainable);
     return (float *)b.lo;
 }
 
@@ -218,6 +260,12 @@ static void cuda_free(void *p) {
     }
     cu_block b = g_blocks[k];
     g_blocks[k] = g_blocks[--g_n_blocks];
+    if (b.lo == g_params_lo) { /* the parameters go: their copies with them */
+        pthread_mutex_unlock(&g_mu);
+        drop_weight_copies();
+        g_params_lo = g_params_hi = 0;
+        pthread_mutex_lock(&g_mu);
+    }
     account(-(ptrdiff_t)b.bytes);
     pthread_mutex_unlock(&g_mu);
     /* nothing queued may still use it: the kernels' stream, and NCCL's (a collective on the parameters or gradients
@@ -240,6 +288,51 @@ static void cuda_free(void *p) {
     } else {
         CU_CHECK(cudaFree(p));
     }
+}
+
+const bf16 *cu_weight_bf16(const float *X, int rows, int cols, int ld) {
+    uintptr_t a = (uintptr_t)X, end = a + ((size_t)(rows - 1) * ld + cols) * sizeof(float);
+    if (!g_cu.bf16 || rows <= 0 || cols <= 0 || a < g_params_lo || end > g_params_hi) return NULL;
+    int i = 0;
+    while (i < g_n_weights && !(g_weights[i].p == X && g_weights[i].rows == rows && g_weights[i].cols == cols &&
+                                g_weights[i].ld == ld))
+        i++;
+    if (i == g_n_weights) {
+        if (g_n_weights == MAX_WEIGHTS) return NULL; /* more distinct operands than weights: round per product */
+        size_t bytes = (size_t)rows * cols * sizeof(bf16);
+        g_weights[i].copy = (bf16 *)device_alloc(bytes, "the bf16 copies of the weights");
+        pthread_mutex_lock(&g_mu);
+        account((ptrdiff_t)bytes);
+        pthread_mutex_unlock(&g_mu);
+        g_weights[i].p = X, g_weights[i].rows = rows, g_weights[i].cols = cols, g_weights[i].ld = ld;
+        g_weights[i].version = 0;
+        g_n_weights++;
+    }
+    if (g_weights[i].version != g_params_version) { /* stream order: earlier products have read the old copy */
+        cu_f32_to_bf16(g_weights[i].copy, cols, X, ld, rows, cols);
+        g_weights[i].version = g_params_version;
+    }
+    return g_weights[i].copy;
+}
+
+/* ------------------------------------------------------------------ kernel attributes */
+
+#define MAX_SMEM_KERNELS 64
+static struct {
+    const void *kernel;
+    size_t bytes; /* the limit set so far */
+} g_smem[MAX_SMEM_KERNELS];
+static int g_n_smem;
+
+void cu_allow_smem(const void *kernel, size_t bytes) {
+    if (bytes <= 48 * 1024) return;
+    int i = 0;
+    while (i < g_n_smem && g_smem[i].kernel != kernel) i++;
+    if (i < g_n_smem && g_smem[i].bytes >= bytes) return;
+    CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    if (i == g_n_smem && g_n_smem == MAX_SMEM_KERNELS) return; /* not remembered: set again next time */
+    if (i == g_n_smem) g_n_smem++;
+    g_smem[i].kernel = kernel, g_smem[i].bytes = bytes;
 }
 
 /* ------------------------------------------------------------------ scratch */
@@ -342,6 +435,7 @@ static size_t piece(const float *p, size_t n, const bf16 **f) {
 }
 
 static void cuda_upload(float *dst, const float *host, size_t n) {
+    cu_params_written(dst, n * sizeof(float));
     while (n) {
         const bf16 *f;
         size_t k = piece(dst, n, &f);
@@ -380,14 +474,43 @@ static void cuda_download(float *host, const float *src, size_t n) {
     }
 }
 
+/* upload_i32 without waiting for the device: the ids and targets of each lm_head chunk and micro-batch go through
+ * pinned staging slots, each reused only once the copy that read it has finished (its event), so the host goes on
+ * queueing kernels instead of draining the stream every chunk. Larger arrays wait as before. */
+#define I32_SLOTS 8
+#define I32_SLOT_BYTES ((size_t)4 << 20)
+static struct {
+    void *host;
+    cudaEvent_t done;
+    int used;
+} g_i32[I32_SLOTS];
+static int g_i32_next;
+
 static void cuda_upload_i32(int32_t *dst, const int32_t *host, size_t n) {
     if (!n) return;
-    CU_CHECK(cudaMemcpyAsync(dst, host, n * sizeof *dst, cudaMemcpyHostToDevice, g_cu.stream));
-    CU_CHECK(cudaStreamSynchronize(g_cu.stream));
+    size_t bytes = n * sizeof *dst;
+    if (bytes > I32_SLOT_BYTES) {
+        CU_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, g_cu.stream));
+        CU_CHECK(cudaStreamSynchronize(g_cu.stream)); /* the caller may reuse host at once */
+        return;
+    }
+    int k = g_i32_next;
+    g_i32_next = (k + 1) % I32_SLOTS;
+    if (!g_i32[k].host) {
+        CU_CHECK(cudaMallocHost(&g_i32[k].host, I32_SLOT_BYTES));
+        CU_CHECK(cudaEventCreateWithFlags(&g_i32[k].done, cudaEventDisableTiming));
+    } else if (g_i32[k].used) {
+        CU_CHECK(cudaEventSynchronize(g_i32[k].done)); /* its copy of 8 uploads ago: long finished */
+    }
+    memcpy(g_i32[k].host, host, bytes);
+    CU_CHECK(cudaMemcpyAsync(dst, g_i32[k].host, bytes, cudaMemcpyHostToDevice, g_cu.stream));
+    CU_CHECK(cudaEventRecord(g_i32[k].done, g_cu.stream));
+    g_i32[k].used = 1;
 }
 
 /* Writers of whole ranges: a frozen range may only be zeroed (a fresh model) or uploaded. */
 static void cuda_zero(float *p, size_t n) {
+    cu_params_written(p, n * sizeof(float));
     while (n) {
         const bf16 *f;
         size_t k = piece(p, n, &f);
@@ -420,6 +543,7 @@ static size_t cuda_resident(const float *p, size_t n) {
 static void cuda_copy(float *dst, const float *src, size_t n) {
     if (!n || dst == src) return;
     no_frozen(dst, n, "copy");
+    cu_params_written(dst, n * sizeof(float));
     while (n) {
         const bf16 *f;
         size_t k = piece(src, n, &f);
@@ -432,6 +556,7 @@ static void cuda_copy(float *dst, const float *src, size_t n) {
 static void cuda_copy_rows(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
     no_frozen(dst, (size_t)(rows - 1) * ldd + cols, "copy_rows");
+    cu_params_written(dst, ((size_t)(rows - 1) * ldd + cols) * sizeof(float));
     if (tn_frozen_touches(g_frozen, g_n_frozen, (uintptr_t)src, (size_t)(rows - 1) * lds + cols))
         tn_die("cuda: copy_rows reads frozen (bf16-only) weights, which only copy and download widen");
     cu_copy_rows(dst, ldd, src, lds, rows, cols);
@@ -439,18 +564,26 @@ static void cuda_copy_rows(float *dst, int ldd, const float *src, int lds, int r
 
 static void cuda_scale(float *x, size_t n, float s) {
     no_frozen(x, n, "scale");
+    cu_params_written(x, n * sizeof(float));
     cu_scale(x, n, s);
 }
 
 static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1, double beta2,
                        double eps, double weight_decay, double bias_corr1, double bias_corr2) {
     no_frozen(p, n, "adamw");
+    cu_params_written(p, n * sizeof(float)); /* the step: every kept bf16 copy is rounded again at its next use */
     cu_adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2);
+}
+
+static void cuda_add(float *y, const float *x, size_t n) {
+    cu_params_written(y, n * sizeof(float));
+    cu_add(y, x, n);
 }
 
 static void cuda_matmul(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                         int ldb, float beta, float *C, int ldc) {
     if (M > 0 && N > 0) no_frozen(C, (size_t)(M - 1) * ldc + N, "a matrix product (LoRA merges run on the CPU)");
+    if (M > 0 && N > 0) cu_params_written(C, ((size_t)(M - 1) * ldc + N) * sizeof(float));
     cu_matmul(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -516,7 +649,7 @@ static void fill_table(tn_backend *b) {
     b->adamw = cuda_adamw;
     b->all_finite = cu_all_finite;
     b->alloc_params = cuda_alloc_params;
-    b->add = cu_add;
+    b->add = cuda_add;
     /* 256M floats (1 GiB) of logits per chunk: lm_head products of >= 1700 rows for a 151936 vocabulary */
     b->logits_floats = (size_t)1 << 28;
     b->describe = cuda_describe;
@@ -626,9 +759,11 @@ void tn_cuda_to_host(void *host, const void *dev, size_t bytes) {
 void tn_cuda_to_device(void *dev, const void *host, size_t bytes) {
     CU_CHECK(cudaSetDevice(g_cu.device));
     no_frozen((const float *)dev, bytes / sizeof(float), "a collective");
+    cu_params_written(dev, bytes);
     CU_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, g_cu.stream));
     CU_CHECK(cudaStreamSynchronize(g_cu.stream));
 }
 
 void *tn_cuda_stream(void) { return (void *)g_cu.stream; }
+void tn_cuda_device_written(void) { g_params_version++; }
 int tn_cuda_device(void) { return g_cu.device; }
