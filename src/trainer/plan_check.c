@@ -34,6 +34,23 @@ void tn_plan_verdict(const tn_train_config *cfg, const tn_plan_row rows[TN_PLAN_
             tn_plan_keys(rows[best].strategy), rows[best].step_s, step_s / rows[best].step_s);
 }
 
+/* output_dir/tandem_plan.json: the prediction for this run's strategy, which the dashboard shows beside what it
+ * measures (serve/dash_view.c reads step_s, bytes_per_step, memory_per_rank). A failed write costs the page its
+ * plan panel only: said once, the run goes on. */
+static void write_plan_file(const tn_train_config *cfg, const tn_plan_row rows[TN_PLAN_N]) {
+    tn_plan_strategy mine = tn_plan_config_strategy(cfg);
+    int best = tn_plan_best(rows);
+    char text[512], *path = tn_path_join(cfg->output_dir, "tandem_plan.json");
+    int n = snprintf(text, sizeof text,
+                     "{\"step_s\": %.6g, \"bytes_per_step\": %.6g, \"memory_per_rank\": %.6g, \"strategy\": \"%s\", "
+                     "\"best\": \"%s\", \"best_step_s\": %.6g}\n", rows[mine].step_s, rows[mine].link_bytes,
+                     rows[mine].memory_bytes, tn_plan_name(mine), best >= 0 ? tn_plan_name(rows[best].strategy) : "none",
+                     best >= 0 ? rows[best].step_s : 0.0);
+    if (tn_write_file_atomic(path, text, (size_t)n) != 0)
+        fprintf(stderr, "tandem: warning: the dashboard's plan panel stays empty: %s\n", tn_errmsg());
+    free(path);
+}
+
 void tn_plan_check(const tn_train_config *cfg, const tn_comm *comm, double step_s, double compute_s, double seq,
                    FILE *out) {
     const tn_comm_info *in = comm ? tn_comm_get_info(comm) : NULL;
@@ -60,4 +77,5 @@ void tn_plan_check(const tn_train_config *cfg, const tn_comm *comm, double step_
     tn_plan_row rows[TN_PLAN_N];
     tn_plan_predict(&job, &c, rows);
     tn_plan_verdict(cfg, rows, step_s, compute_s, out);
+    write_plan_file(cfg, rows);
 }

@@ -2,7 +2,7 @@
  * the step it measured next to what the plan (plan.h) predicts for this config on these machines, and warns when
  * another strategy is predicted more than twice as fast ("this run is link-bound: ..."). The link is what
  * `tandem bench allreduce` recorded between these machines (outputs/link_capacity.h); without a record the line
- * says so and predicts nothing. */
+ * says so and predicts nothing. The prediction is also written to output_dir/tandem_plan.json for the dashboard. */
 #ifndef TN_PLAN_CHECK_H
 #define TN_PLAN_CHECK_H
 

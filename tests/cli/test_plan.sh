@@ -66,6 +66,8 @@ if command -v mpirun >/dev/null 2>&1; then
     "$(hostname)" "$(date +%s)" >"$T/run-measured.jsonl"
   train2 run-measured
   check 'grep -q "^tandem: plan: .* s a step measured (.* s of it compute), .* s predicted for ddp" "$T/run-measured.log"'
+  # the dashboard's plan panel reads the prediction from the output folder
+  check 'python3 -c "import json,sys; p = json.load(open(sys.argv[1])); assert p[\"strategy\"] == \"ddp\" and p[\"step_s\"] > 0 and p[\"memory_per_rank\"] > 0" "$T/run-measured/tandem_plan.json"'
   # the prediction is the measured compute plus the exchange over 2 GB/s: within a factor 2 of the step here
   check 'awk "/^tandem: plan: .* predicted/ { m = \$3; p = \$13; exit !(p > m / 2 && p < 2 * m) }" "$T/run-measured.log"'
 else
