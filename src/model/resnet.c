@@ -217,7 +217,8 @@ int tn_resnet_shapes(tn_resnet *m, int N, int H, int W) {
         tn_conv_shape_finish(&b->c2.s);
         if (b->has_ds) {
             b->ds.s.N = N, b->ds.s.H = h, b->ds.s.W = w;
-            tn_conv_shape_finish(&b->ds.s);
+            if (tn_conv_shape_finish(&b->ds.s) || b->ds.s.OH != b->c2.s.OH || b->ds.s.OW != b->c2.s.OW)
+                return tn_err("block %d: the downsample's output is not the shape of the main path's", i);
         }
         h = b->c2.s.OH, w = b->c2.s.OW;
     }

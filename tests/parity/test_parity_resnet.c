@@ -96,7 +96,8 @@ static int setup(run *r, const char *d64) {
         free(lab);
         r->images = tn_xmalloc((size_t)n * sizeof *r->images);
         for (int64_t i = 0; i < n; i++) r->images[i] = (float)img[i];
-        ok = CHECKF(tn_resnet_reserve(r->m, r->B, 32, 32) == 0, "%s", tn_errmsg());
+        int rc = tn_resnet_reserve(r->m, r->B, 32, 32);
+        ok = CHECKF(rc == 0, "%s", tn_errmsg());
     }
     free(img);
     st_close(&bf);
