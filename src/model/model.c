@@ -23,12 +23,16 @@ int tn_lora_parse_targets(const char *list, unsigned *mask) {
             *mask = (1u << TN_LT_COUNT) - 1;
             continue;
         }
+        if (strcmp(tok, "embed_tokens") == 0) {
+            *mask |= TN_LORA_EMBED;
+            continue;
+        }
         int found = -1;
         for (int t = 0; t < TN_LT_COUNT; t++)
             if (strcmp(tok, tn_lora_target_names[t]) == 0) found = t;
         if (found < 0) {
             tn_err("lora_target: '%s' is not a projection of this model (expected all or q_proj, k_proj, v_proj, "
-                   "o_proj, gate_proj, up_proj, down_proj)", tok);
+                   "o_proj, gate_proj, up_proj, down_proj, embed_tokens)", tok);
             free(copy);
             return -1;
         }
@@ -106,6 +110,11 @@ static void layout_pass(layout_builder *lb) {
     int lm_train = m->lora.r == 0 && !(m->lora.freeze & TN_FREEZE_LM), q = m->H * m->hd, kv = m->KV * m->hd;
     int full = lm_train;
     if (m->lora.r) {
+        if (m->lora.targets & TN_LORA_EMBED) { /* group -1, before the layers' adapters */
+            add_param(lb, 1, 2, m->V, m->lora.r, "model.embed_tokens.lora_embedding_A");
+            if (lb->pass_trainable) lb->m->params[lb->m->n_params - 1].file_transposed = 1;
+            add_param(lb, 1, 2, m->D, m->lora.r, "model.embed_tokens.lora_embedding_B");
+        }
         for (int l = 0; l < m->L; l++)
             for (int t = 0; t < TN_LT_COUNT; t++) {
                 if (!(m->lora.targets & (1u << t))) continue;
@@ -189,8 +198,8 @@ static void bind_tensors(tn_model *m, float *slab, tn_layer_tensors *lt, int gra
 static int param_group(const tn_model *m, const char *name) {
     int l;
     if (sscanf(name, "model.layers.%d.", &l) == 1) return l;
-    if (strncmp(name, "model.visual.", 13) == 0) return -1;
-    return strcmp(name, "model.embed_tokens.weight") == 0 ? -1 : m->L;
+    if (strncmp(name, "model.visual.", 13) == 0 || strncmp(name, "model.embed_tokens.", 19) == 0) return -1;
+    return m->L;
 }
 
 static void compute_frontiers(tn_model *m) {
@@ -250,6 +259,10 @@ tn_model *tn_model_create(const tn_model_config *cfg, const tn_lora_config *lora
     m->d_embed = param_ptr(m, m->grad, "model.embed_tokens.weight", 0, 1);
     m->d_norm = param_ptr(m, m->grad, "model.norm.weight", 0, 1);
     m->d_lm_head = cfg->tie_word_embeddings ? m->d_embed : param_ptr(m, m->grad, "lm_head.weight", 0, 1);
+    m->lora_emb.A = param_ptr(m, m->slab, "model.embed_tokens.lora_embedding_A", 0, 0);
+    m->lora_emb.B = param_ptr(m, m->slab, "model.embed_tokens.lora_embedding_B", 0, 0);
+    m->d_lora_emb.A = param_ptr(m, m->grad, "model.embed_tokens.lora_embedding_A", 0, 1);
+    m->d_lora_emb.B = param_ptr(m, m->grad, "model.embed_tokens.lora_embedding_B", 0, 1);
     if (cfg->vis.kind != TN_VL_NONE) {
         m->vw = tn_xcalloc(1, sizeof *m->vw);
         m->dvw = tn_xcalloc(1, sizeof *m->dvw);
@@ -309,6 +322,9 @@ void tn_model_init_random(tn_model *m, uint64_t seed) {
         if (ends_with(p->name, "norm.weight") || ends_with(p->name, "norm1.weight") ||
             ends_with(p->name, "norm2.weight") || ends_with(p->name, "ln_q.weight")) {
             for (size_t j = 0; j < p->numel; j++) host[j] = 1.0f;
+        } else if (strstr(p->name, ".lora_embedding_")) { /* PEFT: A zeros, B N(0, 1) */
+            int is_b = strstr(p->name, "lora_embedding_B") != NULL;
+            for (size_t j = 0; j < p->numel; j++) host[j] = is_b ? (float)tn_rng_normal(&rng) : 0.0f;
         } else if (ends_with(p->name, ".bias") || strstr(p->name, ".lora_B.")) {
             memset(host, 0, p->numel * sizeof *host);
         } else if (strstr(p->name, ".lora_A.")) {

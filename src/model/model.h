@@ -19,12 +19,15 @@
 
 enum { TN_LT_Q, TN_LT_K, TN_LT_V, TN_LT_O, TN_LT_GATE, TN_LT_UP, TN_LT_DOWN, TN_LT_COUNT };
 extern const char *const tn_lora_target_names[TN_LT_COUNT]; /* "q_proj", ... "down_proj" */
+/* lora_target embed_tokens: a PEFT embedding adapter (lora_embedding_A [r, V], lora_embedding_B [D, r]; A starts at
+ * zero, B at N(0, 1); y = E[id] + (alpha / r) B A[:, id]; no dropout), in bit TN_LORA_EMBED of the target mask */
+#define TN_LORA_EMBED (1u << TN_LT_COUNT)
 
 typedef struct {
     int r;              /* 0 = no LoRA (full fine-tuning) */
     double alpha;       /* scale = alpha / r */
     double dropout;
-    unsigned targets;   /* bit (1 << TN_LT_*) per adapted projection */
+    unsigned targets;   /* bit (1 << TN_LT_*) per adapted projection, TN_LORA_EMBED for embed_tokens */
     unsigned freeze;    /* VL models, full fine-tuning: TN_FREEZE_* parts kept frozen (model/vision.h) */
 } tn_lora_config;
 
@@ -39,6 +42,7 @@ typedef struct {
     size_t numel;
     int trainable;
     int decay;          /* AdamW weight decay applies (ndim >= 2) */
+    int file_transposed; /* stored [d1, d0] in checkpoints (PEFT's lora_embedding_A [r, V] is held as [V, r]) */
     int file_ndim;      /* > 0: the checkpoint's shape differs (Qwen VL patch_embed [E, C, T, p, p] held as [E, P]) */
     int64_t file_shape[5];
 } tn_param;
@@ -69,6 +73,7 @@ typedef struct tn_model {
 
     float *embed, *norm, *lm_head;       /* lm_head == embed when tied */
     float *d_embed, *d_norm, *d_lm_head; /* NULL when frozen */
+    tn_lora_pair lora_emb, d_lora_emb;   /* embed_tokens LoRA: A held transposed [V, r] (a row per token), B [D, r] */
     tn_layer_tensors *w, *dw;            /* per layer */
     struct tn_vision_tensors *vw, *dvw;  /* VL models: the vision tower (model/vision.h); NULL otherwise */
     int vl_legacy_names;                 /* VL: checkpoint names model.layers.* / visual.* (else model.language_model.*,

@@ -45,6 +45,7 @@ struct tn_acts {
     float *datt;         /* [T, H hd] */
     float *dgu;          /* [T, 2I] */
     float *dla;          /* [T, r] */
+    float *la_emb;       /* [T, r]       embed_tokens LoRA: A^T rows of the tokens */
     float *drop_x, *drop_dx; /* [T, max(D, I, H hd)] LoRA dropout input and its gradient */
     float *logits;       /* [TC, V] */
     float *rope_cos, *rope_sin; /* [S, hd/2] */
@@ -110,6 +111,7 @@ static void carve(const tn_model *m, tn_acts *a, float *base) {
     a->datt = take(&cur, T * m->H * m->hd);
     a->dgu = take(&cur, T * 2 * m->I);
     a->dla = m->lora.r ? take(&cur, T * m->lora.r) : NULL;
+    a->la_emb = (m->lora.targets & TN_LORA_EMBED) ? take(&cur, T * m->lora.r) : NULL;
     a->drop_x = m->lora.dropout > 0 ? take(&cur, T * widest) : NULL;
     a->drop_dx = m->lora.dropout > 0 ? take(&cur, T * widest) : NULL;
     a->logits = take(&cur, (size_t)a->TC * m->V);
@@ -439,6 +441,11 @@ static void forward_layers(tn_model *m, tn_acts *a, const int32_t *ids, uint64_t
     be->upload_i32(a->ids, ids, (size_t)a->T);
     params(m, -1, 1, m->L ? 0 : m->L);
     be->embedding_forward(a->x, m->embed, a->ids, a->T, m->D);
+    if (m->lora_emb.A) { /* PEFT embedding adapter: x += s (A^T[ids]) B^T, no dropout */
+        be->embedding_forward(a->la_emb, m->lora_emb.A, a->ids, a->T, m->lora.r);
+        be->matmul(0, 1, a->T, m->D, m->lora.r, m->lora_scale, a->la_emb, m->lora.r, m->lora_emb.B, m->lora.r, 1.0f,
+                   a->x, m->D);
+    }
     if (a->va) vl_inputs(m, a, ids); /* the vision tower is in group -1 with the embedding */
     if (!m->cfg.tie_word_embeddings) params(m, -1, 0, -2);
     for (int l = 0; l < m->L; l++) {
@@ -534,6 +541,12 @@ double tn_model_forward_backward(tn_model *m, tn_acts *a, const int32_t *ids, co
     }
     if (a->va && a->mm) vl_gather(m, a, vl ? a->dimg : NULL, 1);
     if (m->d_embed) be->embedding_backward(m->d_embed, a->dres, a->ids, T, D);
+    if (m->d_lora_emb.A) { /* dB += s dx^T la ; d(A^T)[ids] += s dx B */
+        int r = m->lora.r;
+        be->matmul(1, 0, D, r, T, m->lora_scale, a->dres, D, a->la_emb, r, 1.0f, m->d_lora_emb.B, r);
+        be->matmul(0, 0, T, r, D, m->lora_scale, a->dres, D, m->lora_emb.B, r, 0.0f, a->dla, r);
+        be->embedding_backward(m->d_lora_emb.A, a->dla, a->ids, T, r);
+    }
     if (vl) {
         params(m, -1, 1, -2);
         tn_vision_backward(m, a->va, a->dimg, ddeep);

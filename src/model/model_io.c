@@ -16,8 +16,17 @@ static int file_shape(const tn_param *p, int64_t shape[5]) {
         memcpy(shape, p->file_shape, sizeof p->file_shape);
         return p->file_ndim;
     }
-    shape[0] = p->shape[0], shape[1] = p->shape[1];
+    shape[0] = p->shape[p->file_transposed], shape[1] = p->shape[!p->file_transposed];
     return p->ndim;
+}
+
+/* [rows, cols] -> [cols, rows] in place (through a copy) */
+static void transpose(float *x, int64_t rows, int64_t cols) {
+    float *t = tn_xmalloc((size_t)(rows * cols) * sizeof *t);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) t[j * rows + i] = x[i * cols + j];
+    memcpy(x, t, (size_t)(rows * cols) * sizeof *t);
+    free(t);
 }
 
 static int shape_matches(const st_tensor *t, const tn_param *p) {
@@ -46,6 +55,7 @@ static int load_tensor(tn_model *m, const st_file *f, const st_tensor *t, const 
         return tn_err("%s: tensor '%s' has shape %s, the config needs %s", f->path, t->name, got, want);
     }
     if (st_read_f32(f, t, host, (int64_t)p->numel) != 0) return -1;
+    if (p->file_transposed) transpose(host, p->shape[1], p->shape[0]);
     tn_model_set(m, p, host);
     return 0;
 }
@@ -95,6 +105,7 @@ static int collect_entries(const tn_model *m, int lora, const char *prefix, st_e
         if ((strstr(p->name, ".lora_") != NULL) != lora) continue;
         float *host = tn_xmalloc(p->numel * sizeof *host);
         tn_model_get(m, p, host);
+        if (p->file_transposed) transpose(host, p->shape[0], p->shape[1]);
         char fname[160];
         tn_model_file_name(m, p->name, fname, sizeof fname);
         char *name = tn_xmalloc(strlen(prefix) + strlen(fname) + 1);
@@ -233,6 +244,7 @@ int tn_model_save_adapter(const tn_model *m, const char *adapter_dir) {
     cJSON *j = cJSON_CreateObject(), *tm = cJSON_CreateArray();
     for (int t = 0; t < TN_LT_COUNT; t++)
         if (m->lora.targets & (1u << t)) cJSON_AddItemToArray(tm, cJSON_CreateString(tn_lora_target_names[t]));
+    if (m->lora.targets & TN_LORA_EMBED) cJSON_AddItemToArray(tm, cJSON_CreateString("embed_tokens"));
     cJSON_AddStringToObject(j, "peft_type", "LORA");
     cJSON_AddStringToObject(j, "task_type", "CAUSAL_LM");
     cJSON_AddNumberToObject(j, "r", m->lora.r);
