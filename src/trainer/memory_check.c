@@ -39,7 +39,11 @@ void tn_memory_estimate_frozen(const tn_train_config *cfg, const tn_model_config
     need->layer_bytes = lora ? fb * layer + 16 * lora_layer : 16 * layer;
     need->embed_bytes = lora ? fb * embed : 16 * embed;
     need->param_bytes = L * need->layer_bytes + need->embed_bytes + (lora ? fb : 16) * D;
-    need->trainable = lora ? L * lora_layer : L * layer + embed + D;
+    double base = L * layer + embed + D;
+    need->trainable = lora ? L * lora_layer : base;
+    need->frozen = lora ? base : 0;
+    need->lora_params = lora ? L * lora_layer : 0;
+    need->matmul_params = L * (2 * q * D + 2 * kv * D + 3 * I * D) + V * D;
     /* model_forward.c's carve: one set of layer activations per layer (one with checkpointing), the layer
      * inputs, the backward buffers and one lm_head chunk of logits */
     const double B = cfg->per_device_train_batch_size, T = B * S, widest = fmax(fmax(D, I), q);
