@@ -1,6 +1,7 @@
 /* backend_select.c -- which backend a run computes on: the CPU, or (in a build with CUDA) one GPU per rank. */
 #include "backend/backend.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "comm/comm.h"
@@ -79,4 +80,16 @@ int tn_backend_attach_comm(const tn_backend *be, tn_comm *c, char *note, size_t 
 #endif
     (void)be;
     return tn_comm_attach_device(c, NULL, note, note_size);
+}
+
+void tn_backend_precision(const char *device, int bf16, char *out, size_t n) {
+    int cpu = strcmp(device, "cpu") == 0, gpus = cpu ? 0 : tn_backend_gpu_count();
+    if (gpus > 0)
+        snprintf(out, n, bf16 ? "the CUDA backend runs it: matrix products and attention in bf16 (fp32 accumulation, fp32 "
+                                "master weights and AdamW state)"
+                              : "the CUDA backend runs it in fp32 (bf16: true for bf16 matrix products)");
+    else
+        snprintf(out, n, "the CPU backend runs it, in fp32 (%s)%s",
+                 cpu ? "device: cpu" : tn_backend_have_cuda() ? "no GPU is visible" : "this build has no CUDA backend",
+                 bf16 ? "; bf16 applies on a GPU" : "");
 }

@@ -412,7 +412,7 @@ __device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t counter) {
 
 __global__ void k_dropout(float *y, const float *x, size_t n, float p, float keep_scale, uint64_t seed) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        y[i] = hash_uniform(seed, i) >= p ? x[i] * keep_scale : 0.0f;
+        y[i] = x[i] * (hash_uniform(seed, i) >= p ? keep_scale : 0.0f); /* as the CPU: a dropped NaN stays NaN */
 }
 
 void cu_dropout(float *y, const float *x, size_t n, float p, uint64_t seed) {

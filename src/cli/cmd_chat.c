@@ -6,7 +6,9 @@
  * top_p, top_k, repetition_penalty, max_new_tokens (LLaMA-Factory's defaults). Prompts go through the same
  * template code as training, so the model sees exactly the ids it was trained on. Answers stream as they are
  * generated; chat keeps the conversation's KV cache between turns, so a turn computes only its new tokens. A line
- * "clear" starts a new conversation, "exit" (or end of input) leaves. */
+ * "clear" starts a new conversation, "exit" (or end of input) leaves. An empty prompt or message is refused in one
+ * line; generation that shows nothing for a few seconds prints a progress line on stderr (quiet_watch.h). */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,11 +18,29 @@
 #include "config/train_config.h"
 #include "core/core.h"
 #include "infer/infer.h"
+#include "outputs/quiet_watch.h"
 
 typedef struct {
     int prompt_tokens, new_tokens, reused;
     double t_start, t_first, t_end;
 } answer_stats;
+
+/* piece holds something a reader sees (not only white space). */
+static int printable(const char *piece) {
+    for (const unsigned char *p = (const unsigned char *)piece; *p; p++)
+        if (!isspace(*p)) return 1;
+    return 0;
+}
+
+/* Seconds of generation that show nothing (white space, tokens that print nothing, a long prefill) get a line on
+ * stderr every few seconds saying that it runs and how far it is (quiet_watch.h). */
+static void progress_line(tn_quiet *q, const answer_stats *st, int n_new, int shown, int max_new) {
+    double now = tn_now(), quiet_s = tn_quiet_for(q, now);
+    if (tn_quiet_tick(q, now, shown))
+        fprintf(stderr, "tandem: generating: %d of at most %d new tokens (max_new_tokens) in %.0f s, %.1f tokens/s; "
+                        "nothing printable for %.0f s\n", n_new, max_new, now - st->t_start,
+                n_new / (now - st->t_start), quiet_s);
+}
 
 /* Streams the answer to turns[0..n) to out (when not NULL); returns the whole text (malloc'd) or NULL + tn_err. */
 static char *answer(tn_infer *s, tn_gen *g, const char *const *turns, int n, uint64_t seed, FILE *out,
@@ -38,6 +58,8 @@ static char *answer(tn_infer *s, tn_gen *g, const char *const *turns, int n, uin
     tn_text_stream ts = {0};
     size_t len = 0;
     char *text = tn_xstrdup("");
+    tn_quiet quiet;
+    tn_quiet_start(&quiet, 0, st->t_start);
     for (tn_gen_event ev; (rc = tn_gen_step(g, &ev)) > 0;) {
         if (ev.prefilled) st->t_first = tn_now();
         int k;
@@ -48,6 +70,7 @@ static char *answer(tn_infer *s, tn_gen *g, const char *const *turns, int n, uin
         memcpy(text + len, piece, pl + 1);
         len += pl;
         if (out && pl) fputs(piece, out), fflush(out);
+        progress_line(&quiet, st, k, printable(piece), s->cfg->max_new_tokens);
         free(piece);
     }
     st->t_end = tn_now();
@@ -87,6 +110,7 @@ int tn_cmd_generate(int argc, char **argv) {
     tn_gen *g = NULL;
     int rc = load_cfg(argc, argv, &cfg, &prompt, &stats);
     if (rc == 0 && !prompt) rc = tn_err("generate needs --prompt TEXT");
+    if (rc == 0 && !printable(prompt)) rc = tn_err("generate: --prompt is empty: give the text the model answers");
     if (rc == 0) rc = tn_infer_open(&s, &cfg, 1);
     if (rc == 0 && !(g = open_gen(&s))) rc = -1;
     answer_stats st;
@@ -140,6 +164,10 @@ int tn_cmd_chat(int argc, char **argv) {
             for (int i = 0; i < n; i++) free(turns[i]);
             n = 0;
             printf("History has been removed.\n");
+            continue;
+        }
+        if (!printable(line)) { /* refused in a line, as generate does: an empty turn says nothing to answer */
+            printf("(an empty message: type one, \"clear\" or \"exit\")\n");
             continue;
         }
         turns = tn_xrealloc(turns, (size_t)(n + 2) * sizeof *turns);

@@ -28,6 +28,7 @@
 #include "cli/commands.h"
 #include "config/train_config.h"
 #include "core/core.h"
+#include "core/shell_quote.h"
 #include "launch/accelerate_config.h"
 #include "launch/hostfile.h"
 #include "launch/pernode.h"
@@ -619,8 +620,8 @@ int tn_launch(int argc, char **argv, const char *command) {
         if (o.pernode) snprintf(net, sizeof net, "%s", pn_net);
         build_command(&o, live_hostfile[0] ? live_hostfile : o.hostfile, net, ranks, exe, o.pernode ? &job : NULL, xp,
                       n_extra, &v, &n);
-        printf("tandem launch:");
-        for (int i = 0; i < n; i++) printf(" %s", v[i]);
+        printf("tandem launch: "); /* copy-paste safe: every word as sh reads it back */
+        tn_sh_print_argv(stdout, v, n);
         printf("\n");
         fflush(stdout);
         if (o.dry_run) {

@@ -295,7 +295,7 @@ static const char *shown(const char *v, char *buf, size_t n) {
 
 /* One "KEY: text" line in c->notices; a line noted earlier for the same key (YAML, then an override) is replaced. */
 static void add_note(tn_train_config *c, const char *key, const char *fmt, ...) TN_PRINTF(3, 4);
-static void add_note(tn_train_config *c, const char *key, const char *fmt, ...) {
+void tn_train_config_drop_note(tn_train_config *c, const char *key) {
     size_t klen = strlen(key);
     for (char *line = c->notices; *line;) {
         char *nl = strchr(line, '\n');
@@ -305,6 +305,18 @@ static void add_note(tn_train_config *c, const char *key, const char *fmt, ...) 
         }
         line = nl + 1;
     }
+}
+
+void tn_train_config_reword_note(tn_train_config *c, const char *key, const char *text) {
+    size_t klen = strlen(key);
+    int had = 0;
+    for (const char *line = c->notices; *line && !had; line = strchr(line, '\n') + 1)
+        had = strncmp(line, key, klen) == 0 && line[klen] == ':';
+    if (had) add_note(c, key, "%s", text);
+}
+
+static void add_note(tn_train_config *c, const char *key, const char *fmt, ...) {
+    tn_train_config_drop_note(c, key); /* one note per key: the latest */
     size_t used = strlen(c->notices);
     char text[MSG_MAX];
     va_list ap;

@@ -137,6 +137,11 @@ int tn_train_config_finish(tn_train_config *c);
 int tn_train_config_check_model_paths(const tn_train_config *c);
 /* c->notices as "tandem: note: KEY: what tandem does" lines into f (the keys tandem notes, not obeys). */
 void tn_train_config_print_notices(const tn_train_config *c, FILE *f);
+/* Removes the note about key. */
+void tn_train_config_drop_note(tn_train_config *c, const char *key);
+/* The note about key, when there is one, says text instead (a command for which the general note is wrong:
+ * `tandem export` on export_size, which it does read). */
+void tn_train_config_reword_note(tn_train_config *c, const char *key, const char *text);
 
 /* Learning-rate schedule as HF transformers defines them (get_*_schedule_with_warmup):
  * warmup: lr * step / max(1, warmup); linear: lr * max(0, (total - step) / max(1, total - warmup));

@@ -135,6 +135,55 @@ static double host_bytes_of_gpu_run(const tn_train_config *cfg, const tn_memory_
     return 4 * vectors * n->trainable;
 }
 
+/* The model's own sizes do not fit: names the key to blame (the vocabulary when the embeddings outweigh the
+ * layers, a layer's width when one layer alone does not fit, else the layer count). Returns -1 + tn_err. */
+static int blame_model(const char *path, const tn_model_config *mc, double layer_bytes, double embed_bytes,
+                       double model_bytes, double avail_each, const char *state, const char *each, const char *mem) {
+    char a[48], b[48];
+    if (embed_bytes >= mc->num_hidden_layers * layer_bytes)
+        return tn_err("%s: key 'vocab_size' %d (x hidden_size %d): the embeddings need %s, the whole model %s %s%s, "
+                      "%s", path, mc->vocab_size, mc->hidden_size, human(embed_bytes, a), state, human(model_bytes, b),
+                      each, mem);
+    if (layer_bytes > avail_each) /* one layer alone does not fit: its width is the culprit */
+        return tn_err("%s: key '%s' %d: one decoder layer needs %s (x num_hidden_layers %d: %s %s)%s, %s", path,
+                      mc->intermediate_size > mc->hidden_size ? "intermediate_size" : "hidden_size",
+                      mc->intermediate_size > mc->hidden_size ? mc->intermediate_size : mc->hidden_size,
+                      human(layer_bytes, a), mc->num_hidden_layers, human(model_bytes, b), state, each, mem);
+    return tn_err("%s: key 'num_hidden_layers' %d x %s per layer: the model %s needs %s%s, %s", path,
+                  mc->num_hidden_layers, human(layer_bytes, a), state, human(model_bytes, b), each, mem);
+}
+
+/* Parameters of model mc, in floats: one decoder layer, the embeddings (and untied lm_head), the whole model. */
+static void model_floats(const tn_model_config *mc, double *layer, double *embed, double *total) {
+    tn_train_config full;
+    tn_train_config_defaults(&full);
+    full.finetuning_type = TN_FT_FULL;
+    tn_memory_need n;
+    tn_memory_estimate(&full, mc, 1, &n);
+    *layer = n.layer_bytes / 16, *embed = n.embed_bytes / 16, *total = n.param_bytes / 16; /* 16: p, g, m, v */
+}
+
+int tn_memory_check_model(const char *path, const tn_model_config *mc, double bytes_per_param, double avail,
+                          int limited) {
+    double layer, embed, total;
+    model_floats(mc, &layer, &embed, &total);
+    char mem[96], c[48];
+    snprintf(mem, sizeof mem, "more than this machine's %s%s", human(avail, c), limited ? " (its cgroup's limit)" : "");
+    if (avail <= 0 || avail > 0x1p62) { /* unknown, or more than model.c's size_t offsets can count exactly */
+        avail = 0x1p62, limited = 0;
+        snprintf(mem, sizeof mem, "more than the 2^62 bytes tandem can address");
+    }
+    if (total * bytes_per_param <= avail) return 0;
+    return blame_model(path, mc, layer * bytes_per_param, embed * bytes_per_param, total * bytes_per_param, avail,
+                       "(parameters and gradients)", "", mem);
+}
+
+int tn_memory_check_create(const char *path, const tn_model_config *mc, int lora) {
+    int limited = 0;
+    double avail = tn_memory_available(&limited);
+    return tn_memory_check_model(path, mc, lora ? 4 : 8, avail, limited);
+}
+
 int tn_memory_check(const tn_train_config *cfg, int seq_len, int local_ranks) {
     return tn_memory_check_on(cfg, seq_len, local_ranks, NULL);
 }
@@ -190,20 +239,9 @@ int tn_memory_check_on(const tn_train_config *cfg, int seq_len, int local_ranks,
             rc = tn_err("%s: key 'cutoff_len' %d: one sequence of %d tokens needs %s of activations (the model %s)%s, "
                         "%s", cfg->source_path, cfg->cutoff_len, seq_len, human(n1.act_bytes, a),
                         human(n1.param_bytes, b), each, mem);
-        else if (n.embed_bytes >= mc.num_hidden_layers * n.layer_bytes)
-            rc = tn_err("%s: key 'vocab_size' %d (x hidden_size %d): the embeddings need %s, the whole model with "
-                        "gradients and optimizer state %s%s, %s", path, mc.vocab_size, mc.hidden_size,
-                        human(n.embed_bytes, a), human(n.param_bytes, b), each, mem);
-        else if (n.layer_bytes * ranks > avail) /* one layer alone does not fit: its width is the culprit */
-            rc = tn_err("%s: key '%s' %d: one decoder layer needs %s (x num_hidden_layers %d: %s with gradients and "
-                        "optimizer state)%s, %s", path,
-                        mc.intermediate_size > mc.hidden_size ? "intermediate_size" : "hidden_size",
-                        mc.intermediate_size > mc.hidden_size ? mc.intermediate_size : mc.hidden_size,
-                        human(n.layer_bytes, a), mc.num_hidden_layers, human(n.param_bytes, b), each, mem);
         else
-            rc = tn_err("%s: key 'num_hidden_layers' %d x %s per layer: the model with gradients and optimizer state "
-                        "needs %s%s, %s", path, mc.num_hidden_layers, human(n.layer_bytes, a), human(n.param_bytes, b),
-                        each, mem);
+            rc = blame_model(path, &mc, n.layer_bytes, n.embed_bytes, n.param_bytes, avail / ranks,
+                             "with gradients and optimizer state", each, mem);
     }
     free(path);
     return rc;

@@ -52,5 +52,14 @@ int tn_memory_check_on(const tn_train_config *cfg, int seq_len, int local_ranks,
 /* The target of local rank local_rank of local_size on backend name ("cpu", "cuda"; backend.h tn_backend_select's
  * GPU: local rank mod the visible GPUs). */
 void tn_memory_target_of(const char *backend, int bf16, int local_rank, int local_size, tn_memory_target *t);
+/* The same check for a command that only builds model mc (config file path), bytes_per_param bytes per parameter
+ * (init-model: 8, the weights and their gradients), against avail bytes (tn_memory_available; limited: a cgroup's
+ * limit; avail 0: unknown: then only the 2^62 bytes model.c's offsets can count are checked). 0, or -1 + tn_err naming the key. */
+int tn_memory_check_model(const char *path, const tn_model_config *mc, double bytes_per_param, double avail,
+                          int limited);
+/* tn_memory_check_model before tn_model_create(mc) in a command that does not train (init-model, export, chat):
+ * the slab and the gradients of a full model (8 bytes per parameter), of a LoRA one the slab (4), against this
+ * machine's memory. */
+int tn_memory_check_create(const char *path, const tn_model_config *mc, int lora);
 
 #endif
