@@ -56,12 +56,6 @@ static int longest(const lf_samples *s) {
     return m;
 }
 
-static void as_dataset(const lf_samples *s, int S, tn_dataset *d) {
-    memset(d, 0, sizeof *d);
-    d->n = s->n, d->S = S;
-    d->var_ids = s->ids, d->var_labels = s->labels, d->var_off = s->off;
-}
-
 /* Where tokenized data is cached: $TANDEM_CACHE_DIR, else ~/.cache/tandem/data (as HF caches datasets). */
 static char *cache_dir(void) {
     const char *env = getenv("TANDEM_CACHE_DIR"), *home = getenv("HOME");
@@ -86,7 +80,9 @@ static int load_lf_data(const tn_train_config *cfg, tn_comm *comm, job_data *d) 
                       .stage = cfg->stage == TN_STAGE_PT ? "pt" : "sft", .cutoff_len = cfg->cutoff_len,
                       .max_samples = cfg->max_samples, .packing = cfg->packing, .train_on_prompt = cfg->train_on_prompt,
                       .mask_history = cfg->mask_history, .val_size = cfg->val_size, .seed = cfg->seed,
-                      .cache_dir = cache, .tokenizer_path = tok_path, .enable_thinking = cfg->enable_thinking ? 1 : -1};
+                      .cache_dir = cache, .tokenizer_path = tok_path, .enable_thinking = cfg->enable_thinking ? 1 : -1,
+                      .media_dir = cfg->media_dir[0] ? cfg->media_dir : NULL, .image_max_pixels = cfg->image_max_pixels,
+                      .image_min_pixels = cfg->image_min_pixels};
     int rc = tok ? 0 : -1;
     for (int turn = 0; turn < 2; turn++) { /* local rank 0 first, then the rest of its machine */
         if (rc == 0 && (in->local_rank == 0) == (turn == 0)) rc = lf_load(&a, tok, &d->lf_train, &d->lf_eval);
@@ -99,8 +95,8 @@ static int load_lf_data(const tn_train_config *cfg, tn_comm *comm, job_data *d) 
     if (rc == 0) {
         int S = longest(&d->lf_train), Se = longest(&d->lf_eval);
         S = Se > S ? Se : S;
-        as_dataset(&d->lf_train, S, &d->train);
-        if (d->lf_eval.n) as_dataset(&d->lf_eval, S, &d->eval);
+        lf_samples_dataset(&d->lf_train, S, &d->train); /* with its images, if any */
+        if (d->lf_eval.n) lf_samples_dataset(&d->lf_eval, S, &d->eval);
         d->vocab = tn_tokenizer_vocab_size(tok);
         if (in->rank == 0)
             printf("tandem: %d training samples%s%.0d%s (longest %d tokens) from %s, template %s%s\n", d->train.n,

@@ -72,6 +72,7 @@ typedef struct {
     int64_t samples_seen;
     int32_t *ids, *labels;   /* [micro-batches, micro_batch, S] host staging of this rank's share of a step */
     int *lens, *rows;        /* per micro-batch: padded length (<= S), samples (<= micro_batch) */
+    tn_mm_buf mm;            /* the images of the micro-batch about to run (vision-language data) */
     int fault_nan_from, fault_nan_to; /* $TANDEM_FAULT_NAN_STEPS=A[-B]: rank 0 puts a NaN into its gradient on
                                        * steps A..B (fault-injection tests of the non-finite-step path) */
     int slow_rank, slow_from;         /* $TANDEM_FAULT_SLOW=RANK:STEP:FACTOR: from STEP on, rank RANK takes FACTOR */
