@@ -37,7 +37,7 @@ else
 fi
 
 # the generation and dashboard tests must pass unmutated too
-for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_ifname; do
+for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_ifname; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -134,6 +134,15 @@ mutant dashboard-points-printed-by-cjson serve/dash_view.c \
   'if (isfinite(v)) tn_sb_py_float(b, v);' 'if (isfinite(v)) tn_sb_printf(b, "%.15g", v);' test_unit_dashboard
 mutant dashboard-event-ring-without-byte-bound serve/dash_store.c \
   's->bytes + b.n > STORE_EVENT_BYTES' 's->bytes + b.n > 4 * STORE_EVENT_BYTES' test_unit_dashboard
+# the plan's cost model (tests/unit/test_unit_plan.c)
+mutant plan-allreduce-bytes-halved trainer/plan.c \
+  'r->link_bytes = M > 1 ? 2 * (M - 1) / M * G : 0;' 'r->link_bytes = M > 1 ? (M - 1) / M * G : 0;' test_unit_plan
+mutant plan-no-overlap-with-backward trainer/plan.c \
+  'return fmax(j->compute_s + comm / fmax(buckets, 1), first_ready + comm);' 'return j->compute_s + comm;' test_unit_plan
+mutant plan-diloco-round-not-hidden trainer/plan.c \
+  'fmax(0, round_link - H * step)' 'round_link' test_unit_plan
+mutant plan-zero2-formula trainer/plan.c \
+  'case TN_PLAN_ZERO2: state = 4 * P + 12 * P / N; break;' 'case TN_PLAN_ZERO2: state = 8 * P + 8 * P / N; break;' test_unit_plan
 
 # Image side (decode, PIL's resize, smart_resize, patchify) against the vision-language fixtures.
 TEST=test_parity_vl_data
