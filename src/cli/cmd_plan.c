@@ -190,14 +190,6 @@ static double step_flops(const tn_train_config *cfg, const tn_model_config *mc, 
     return per_token * T;
 }
 
-static tn_plan_strategy config_strategy(const tn_train_config *cfg) {
-    if (cfg->sync_mode == TN_SYNC_DILOCO) return cfg->comm_compression == 2 ? TN_PLAN_DILOCO_INT8 : TN_PLAN_DILOCO;
-    if (cfg->comm_compression == 1) return TN_PLAN_DDP_BF16;
-    if (cfg->comm_compression == 2) return TN_PLAN_DDP_INT8;
-    int z = cfg->zero_stage > 0 ? cfg->zero_stage : 0;
-    return z == 0 ? TN_PLAN_DDP : (tn_plan_strategy)(TN_PLAN_ZERO1 + z - 1);
-}
-
 static void print_table(const tn_plan_row rows[TN_PLAN_N], int best, tn_plan_strategy mine) {
     printf("%-12s %9s %9s %9s %11s %12s %12s  %s\n", "strategy", "step s", "comm s", "waits s", "tokens/s",
            "memory/rank", "link MB/step", "keys");
@@ -268,13 +260,9 @@ int tn_cmd_plan(int argc, char **argv) {
     int seq = a.seq ? a.seq : cfg.cutoff_len;
     tn_memory_need need;
     tn_memory_estimate(&cfg, &mc, seq, &need);
-    int lora = cfg.finetuning_type == TN_FT_LORA, ckpt = cfg.gradient_checkpointing;
-    tn_plan_job job = {.trainable = need.trainable, .frozen_bytes = 4 * need.frozen, .act_bytes = need.act_bytes,
-                       .tokens_per_rank = (double)cfg.per_device_train_batch_size * seq * cfg.gradient_accumulation_steps,
-                       .bucket_bytes = cfg.ddp_bucket_cap_mb * 1048576.0, .diloco_h = cfg.diloco_inner_steps};
-    /* forward's share of the FLOPs: 2 of 6 N (full), 2 of 4 N (LoRA); a recomputed forward belongs to backward */
-    job.forward_share = lora ? (ckpt ? 1.0 / 3 : 0.5) : (ckpt ? 0.25 : 1.0 / 3);
-    job.backward_share = 1 - job.forward_share;
+    int lora = cfg.finetuning_type == TN_FT_LORA;
+    tn_plan_job job;
+    tn_plan_job_from_config(&cfg, &need, seq, &job);
     double flops = step_flops(&cfg, &mc, &need, seq), rank_mem = a.memory_gb * 1e9;
     if (a.compute_tflops <= 0) measure_codecs(&job); /* a GPU encodes at its memory bandwidth: negligible */
     const char *source = "given";
@@ -302,7 +290,7 @@ int tn_cmd_plan(int argc, char **argv) {
     tn_plan_row rows[TN_PLAN_N];
     tn_plan_predict(&job, &c, rows);
     int best = tn_plan_best(rows);
-    tn_plan_strategy mine = config_strategy(&cfg);
+    tn_plan_strategy mine = tn_plan_config_strategy(&cfg);
     if (a.json) print_json(rows, best, mine, job.compute_s);
     else {
         printf("tandem plan: %s, %.4g M trainable parameters (%s), %d machine(s) x %d rank(s), link %.2f MB/s each way%s, "

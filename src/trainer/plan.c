@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "core/core.h"
+#include "trainer/memory_check.h"
 
 #define MIN_BUCKETS 8            /* grad_sync.c never cuts fewer (unless buckets would fall under 64 KB) */
 #define MIN_BUCKET_BYTES 65536.0
@@ -178,4 +179,23 @@ int tn_plan_parse_link(const char *option, const char *text, double *Bps) {
         return tn_err("%s '%s': unknown unit '%s' (expected mbit, gbit or none for bytes per second)", option, text, end);
     *Bps = bits > 0 ? bits / 8 * TCP_PAYLOAD : v;
     return 0;
+}
+
+tn_plan_strategy tn_plan_config_strategy(const tn_train_config *cfg) {
+    if (cfg->sync_mode == TN_SYNC_DILOCO) return cfg->comm_compression == 2 ? TN_PLAN_DILOCO_INT8 : TN_PLAN_DILOCO;
+    if (cfg->comm_compression == 1) return TN_PLAN_DDP_BF16;
+    if (cfg->comm_compression == 2) return TN_PLAN_DDP_INT8;
+    int z = cfg->zero_stage > 0 ? cfg->zero_stage : 0;
+    return z == 0 ? TN_PLAN_DDP : (tn_plan_strategy)(TN_PLAN_ZERO1 + z - 1);
+}
+
+void tn_plan_job_from_config(const tn_train_config *cfg, const tn_memory_need *need, int seq, tn_plan_job *job) {
+    int lora = cfg->finetuning_type == TN_FT_LORA, ckpt = cfg->gradient_checkpointing;
+    memset(job, 0, sizeof *job);
+    job->trainable = need->trainable, job->frozen_bytes = 4 * need->frozen, job->act_bytes = need->act_bytes;
+    job->tokens_per_rank = (double)cfg->per_device_train_batch_size * seq * cfg->gradient_accumulation_steps;
+    job->bucket_bytes = cfg->ddp_bucket_cap_mb * 1048576.0, job->diloco_h = cfg->diloco_inner_steps;
+    /* forward's share of the FLOPs: 2 of 6 N (full), 2 of 4 N (LoRA); a recomputed forward belongs to backward */
+    job->forward_share = lora ? (ckpt ? 1.0 / 3 : 0.5) : (ckpt ? 0.25 : 1.0 / 3);
+    job->backward_share = 1 - job->forward_share;
 }

@@ -23,6 +23,9 @@
 #ifndef TN_PLAN_H
 #define TN_PLAN_H
 
+#include "config/train_config.h"
+#include "trainer/memory_check.h"
+
 typedef enum {
     TN_PLAN_DDP,
     TN_PLAN_DDP_BF16,
@@ -69,6 +72,11 @@ typedef struct {
     int fits;                 /* memory_bytes within the cluster's per-rank memory */
 } tn_plan_row;
 
+/* The strategy a training config runs (zero_stage, comm_compression, sync_mode). */
+tn_plan_strategy tn_plan_config_strategy(const tn_train_config *cfg);
+/* A job's sizes and schedule shares from its config and memory estimate at seq tokens a sequence (compute_s and
+ * the codec costs left 0 for the caller). */
+void tn_plan_job_from_config(const tn_train_config *cfg, const tn_memory_need *need, int seq, tn_plan_job *job);
 /* Predicts every strategy. With one machine only the in-machine costs remain. */
 void tn_plan_predict(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_row rows[TN_PLAN_N]);
 /* The strategy to use: the fastest that fits; one within 5% of it that changes less (plain data parallelism

@@ -1,11 +1,14 @@
 /* test_unit_plan -- the plan's cost model (trainer/plan.h) against step times and memory worked out by hand from
  * each strategy's schedule, the choice it makes, and its link-rate parser. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
 #include "testlib.h"
 #include "trainer/plan.h"
+#include "trainer/plan_check.h"
 
 /* 1M trainable parameters (G = 4 MB of gradients), 1 s of compute, a third of it forward, 8 buckets. */
 static tn_plan_job job_1m(void) {
@@ -110,7 +113,40 @@ static void test_parse_link(void) {
     CHECK(tn_plan_parse_link("--link", "nan", &v) == -1);
 }
 
+/* What a run prints beside the plan: its own prediction always; the warning only when the best strategy is
+ * predicted more than 2x faster than measured, naming the keys that select it. */
+static void test_verdict(void) {
+    tn_train_config cfg;
+    tn_train_config_defaults(&cfg);
+    snprintf(cfg.source_path, sizeof cfg.source_path, "run.yaml");
+    tn_plan_job j = job_1m();
+    tn_plan_cluster c = cluster(2, 1, 1e6);
+    tn_plan_row r[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    tn_plan_verdict(&cfg, r, 4.5, 1.0, f); /* DiLoCo predicted ~1.0 s: 4.5x */
+    fclose(f);
+    CHECKF(strstr(text, "4.500 s a step measured (1.000 s of it compute), 4.417 s predicted for ddp") != NULL, "%s", text);
+    CHECKF(strstr(text, "warning: this run is link-bound: diloco (sync_mode: diloco) is predicted 1.001 s a step, 4.5x "
+                        "faster than measured") != NULL, "%s", text);
+    free(text);
+    f = open_memstream(&text, &len);
+    tn_plan_verdict(&cfg, r, 1.9, 1.0, f); /* within 2x of the best: no warning */
+    fclose(f);
+    CHECKF(strstr(text, "warning") == NULL && strstr(text, "1.900 s a step measured") != NULL, "%s", text);
+    free(text);
+    cfg.sync_mode = TN_SYNC_DILOCO; /* already the best: no warning however slow */
+    f = open_memstream(&text, &len);
+    tn_plan_verdict(&cfg, r, 9.0, 1.0, f);
+    fclose(f);
+    CHECKF(strstr(text, "warning") == NULL && strstr(text, "predicted for diloco") != NULL, "%s", text);
+    free(text);
+}
+
 int main(void) {
+    test_verdict();
     test_single_rank();
     test_two_machines();
     test_four_machines();
