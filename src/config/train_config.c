@@ -77,7 +77,7 @@ static int set_device(tn_train_config *c, const key_def *k, const char *v, char 
 static int set_dashboard(tn_train_config *c, const key_def *k, const char *v, char *msg);
 
 #define VIDEO_MISSING "videos and audio are not supported yet (images are): a dataset with a videos or audios column is refused"
-#define LORA_MODULES "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
+#define LORA_MODULES "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, embed_tokens"
 
 static const key_def KEYS[] = {
     /* model */
@@ -662,7 +662,9 @@ static int set_resume(tn_train_config *c, const key_def *k, const char *v, char 
     return 0;
 }
 
-static const char *const LORA_MODULE_NAMES[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+/* the projections, then the embedding (PEFT's embedding adapter; 'all' = the linear layers only, as PEFT's all-linear) */
+static const char *const LORA_MODULE_NAMES[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+                                                "embed_tokens"};
 #define NMODULES ((int)(sizeof LORA_MODULE_NAMES / sizeof LORA_MODULE_NAMES[0]))
 
 static const char *closest(const char *name, const char *const *cands, int n, size_t stride);

@@ -43,7 +43,7 @@ if [ ! -s models/qwen3vl/config.json ]; then
   echo "test_lf_vl_examples: skipped (tandem init-model cannot create a qwen3_vl model yet: $(grep -m1 . "$T/init.log"))"
   exit 77
 fi
-check 'grep -q "\"model_type\": \"qwen3_vl\"" models/qwen3vl/config.json && [ -s models/qwen3vl/preprocessor_config.json ]'
+check 'grep -Eq "\"model_type\":[[:space:]]*\"qwen3_vl\"" models/qwen3vl/config.json && [ -s models/qwen3vl/preprocessor_config.json ]'
 M="model_name_or_path=models/qwen3vl"
 
 run() { # NAME COMMAND...: one example; its log in $T/NAME.log, exit status checked

@@ -38,7 +38,7 @@ if [ ! -s models/Qwen2-VL-7B-Instruct/config.json ]; then
   echo "test_vl_qwen2vl_launch: skipped (tandem init-model cannot create a qwen2_vl model yet: $(grep -m1 . "$T/init.log"))"
   exit 77
 fi
-check 'grep -q "\"model_type\": \"qwen2_vl\"" models/Qwen2-VL-7B-Instruct/config.json'
+check 'grep -Eq "\"model_type\":[[:space:]]*\"qwen2_vl\"" models/Qwen2-VL-7B-Instruct/config.json'
 OV="model_name_or_path=models/Qwen2-VL-7B-Instruct max_steps=3"
 OUT=output/20250106_visionocr_meisutrain
 PORT=$((20000 + $$ % 10000))

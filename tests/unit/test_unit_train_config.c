@@ -245,6 +245,11 @@ static void value_forms(void) {
     CHECK(strcmp(c.lora_target, "all") == 0);
     CHECK(tn_train_config_parse("lora_target: [all]\n", "list.yaml", &c) == 0);
     CHECK(strcmp(c.lora_target, "all") == 0);
+    /* issue 25's config: the projections and the embedding (PEFT's embedding adapter), kept in table order */
+    CHECK(tn_train_config_parse("lora_target: k_proj,up_proj,o_proj,v_proj,q_proj,gate_proj,down_proj,embed_tokens\n",
+                                "list.yaml", &c) == 0);
+    CHECKF(strcmp(c.lora_target, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,embed_tokens") == 0,
+           "lora_target '%s'", c.lora_target);
     CHECK(tn_train_config_parse("lr_scheduler_type: constant\n", "s.yaml", &c) == 0);
     CHECK(c.lr_scheduler_type == TN_SCHED_CONSTANT && c.no_warmup == 1);
     /* an explicit document marker and comments are fine */
