@@ -11,7 +11,8 @@ dataset_info.json), for tandem's vision-language tests and the learning check of
       one shape (circle, square, triangle) of one colour (red, green, blue, yellow) at a random place and size
       on a light background; the question asks what is in the picture, the answer is "<colour> <shape>".
       Writes shapes_train.json (dataset vl_shapes) and shapes_eval.json (vl_shapes_eval, never trained on), each
-      image different; chance is 1 in 12.
+      image different; chance is 1 in 12. Also shapes_words.json (vl_shapes_words): the question without an image
+      and the 12 answers in turn, for a random base model to learn the words first (examples/vl_shapes/).
 """
 import argparse
 import json
@@ -91,8 +92,15 @@ def shapes(args):
             shape_image(rng, colour, shape, args.side).save(os.path.join(args.dir, name))
             rows.append(record(QUESTION, "%s %s" % (colour, shape), name))
         write_json(os.path.join(args.dir, "shapes_%s.json" % split), rows)
-    write_json(os.path.join(args.dir, "dataset_info.json"),
-               {"vl_shapes": sharegpt_entry("shapes_train.json"), "vl_shapes_eval": sharegpt_entry("shapes_eval.json")})
+    # the words alone (no image): a random base model first learns to answer with one of the 12 phrases
+    words = [record(QUESTION.replace("<image>", ""), "%s %s" % combos[i % len(combos)], None) for i in range(args.train)]
+    for w in words:
+        del w["images"]
+    write_json(os.path.join(args.dir, "shapes_words.json"), words)
+    info = {"vl_shapes": sharegpt_entry("shapes_train.json"), "vl_shapes_eval": sharegpt_entry("shapes_eval.json"),
+            "vl_shapes_words": sharegpt_entry("shapes_words.json")}
+    del info["vl_shapes_words"]["columns"]["images"]
+    write_json(os.path.join(args.dir, "dataset_info.json"), info)
 
 
 def main():
