@@ -14,6 +14,7 @@
 #include "data/lf_dataset.h"
 #include "tokenizer/tokenizer.h"
 #include "model/model.h"
+#include "model/vision.h"
 #include "outputs/chat_template.h"
 #include "outputs/output_lock.h"
 #include "outputs/progress.h"
@@ -133,6 +134,30 @@ static const tn_backend *select_backend(const tn_train_config *cfg, tn_comm *com
     return be;
 }
 
+/* LLaMA-Factory's freeze_vision_tower / freeze_multi_modal_projector / freeze_language_model for a VL model (a
+ * text model has none of these parts: LF ignores them there, and so does tandem). Full fine-tuning leaves the
+ * frozen parts out of the trainable set. With LoRA, LF's defaults keep the adapters on the language model,
+ * which is what tandem's LoRA covers; other settings would put LoRA on the vision tower or the projector
+ * (find_all_linear_modules skips only the frozen parts): one line, rather than a different model. */
+static int vl_freeze(const tn_train_config *cfg, const tn_model_config *mc, tn_lora_config *lora) {
+    if (mc->vis.kind == TN_VL_NONE) return 0;
+    lora->freeze = (cfg->freeze_vision_tower ? TN_FREEZE_VISION : 0u) |
+                   (cfg->freeze_multi_modal_projector ? TN_FREEZE_PROJECTOR : 0u) |
+                   (cfg->freeze_language_model ? TN_FREEZE_LM : 0u);
+    if (cfg->finetuning_type == TN_FT_LORA && lora->freeze != (TN_FREEZE_VISION | TN_FREEZE_PROJECTOR))
+        return tn_err("%s: finetuning_type lora with freeze_vision_tower %s, freeze_multi_modal_projector %s, "
+                      "freeze_language_model %s would put LoRA on %s (LLaMA-Factory); tandem's LoRA covers the language "
+                      "model: keep the defaults (true, true, false), or use finetuning_type full",
+                      cfg->source_path, cfg->freeze_vision_tower ? "true" : "false",
+                      cfg->freeze_multi_modal_projector ? "true" : "false", cfg->freeze_language_model ? "true" : "false",
+                      !cfg->freeze_vision_tower ? "the vision tower" : !cfg->freeze_multi_modal_projector ? "the projector"
+                                                                                                 : "the vision parts only");
+    if (lora->freeze == (TN_FREEZE_VISION | TN_FREEZE_PROJECTOR | TN_FREEZE_LM))
+        return tn_err("%s: freeze_vision_tower, freeze_multi_modal_projector and freeze_language_model are all true: "
+                      "nothing would train", cfg->source_path);
+    return 0;
+}
+
 static tn_model *load_model(const tn_train_config *cfg, const tn_backend *be) {
     int fresh = !cfg->model_name_or_path[0];
     char *cfg_path = fresh ? tn_xstrdup(cfg->model_config) : tn_path_join(cfg->model_name_or_path, "config.json");
@@ -153,6 +178,7 @@ static tn_model *load_model(const tn_train_config *cfg, const tn_backend *be) {
             goto out;
         }
     }
+    if (vl_freeze(cfg, &mc, &lora) != 0) goto out;
     m = tn_model_create(&mc, &lora, be);
     tn_model_init_random(m, (uint64_t)cfg->seed); /* LoRA adapters (and a fresh model) start from here */
     m->base_name_or_path = fresh ? NULL : cfg->model_name_or_path; /* adapter_config.json names it */

@@ -10,8 +10,10 @@
 #    every rank hands each micro-batch's own images to the model (samples carry different numbers of image
 #    tokens). Bounds as test_dp_split.sh: relative L2 <= 1e-6 per tensor, LoRA B element by element within
 #    AdamW's bound for two correct runs (betas 0.9 / 0.999 here, LF's defaults);
-#  - train_full/qwen3vl_full_sft.yaml with its ds_z3_config.json on 1 and 2 ranks: the vision tower and projector
-#    are frozen (bit-identical to the initial model), the language model moved; 2 ranks run ZeRO stage 3;
+#  - train_full/qwen3vl_full_sft.yaml with its ds_z3_config.json on 1 and 2 ranks (ZeRO stage 3, the same
+#    parameters for the same global batch); on image batches its freeze flags keep the vision tower and projector
+#    bit-identical while the language model moves, freeze_vision_tower false trains the tower (not the projector),
+#    and LoRA with the tower unfrozen is one line;
 #  - sync_mode diloco on 2 ranks carries the VL batches too;
 #  - merge_lora/qwen3vl_lora_sft.yaml merges the adapter (with the processor and tokenizer files beside it);
 #    inference/qwen3vl.yaml generates from an image and a prompt.
@@ -92,11 +94,21 @@ check '"$BIN" compare saves/qwen3-vl-4b/lora/sft "$T/lora_1rank" >/dev/null && w
 run full_sft "$BIN" train $FULL $M max_steps=2
 lf_outputs saves/qwen3-vl-4b/full/sft config.json model.safetensors tokenizer.json preprocessor_config.json
 cp -r saves/qwen3-vl-4b/full/sft "$T/full_1rank"
-check '[ "$(worst models/qwen3vl saves/qwen3-vl-4b/full/sft visual)" = "0.000e+00" ]'   # frozen: untouched
-check '! within "$(worst models/qwen3vl saves/qwen3-vl-4b/full/sft "layers" visual)" 0'  # the LM trained
+# the freeze flags, on batches that hold images (mllm_demo alone): by default the vision tower and the projector
+# stay bit-identical and the language model moves; freeze_vision_tower false trains the tower, not the projector
+run freeze "$BIN" train $FULL $M max_steps=2 dataset=mllm_demo warmup_ratio=0 output_dir=saves/freeze
+check '[ "$(worst models/qwen3vl saves/freeze visual)" = "0.000e+00" ]'
+check '! within "$(worst models/qwen3vl saves/freeze "layers" visual)" 0'
+run unfrozen "$BIN" train $FULL $M max_steps=2 dataset=mllm_demo warmup_ratio=0 freeze_vision_tower=false \
+  output_dir=saves/unfrozen
+check '! within "$(worst models/qwen3vl saves/unfrozen "visual.blocks")" 0'
+check '[ "$(worst models/qwen3vl saves/unfrozen "visual.merger[.]")" = "0.000e+00" ]'
+# LoRA with the tower unfrozen would put adapters on it (LLaMA-Factory): one line, not another model
+"$BIN" train $LORA $M max_steps=1 freeze_vision_tower=false output_dir=saves/lv >"$T/lv.log" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && [ "$(grep -c "tandem: error:" "$T/lv.log")" -eq 1 ] && grep -q "would put LoRA on the vision tower" "$T/lv.log"'
 run full_sft_2 "$BIN" launch -n 2 --no-bind $FULL $M max_steps=2 gradient_accumulation_steps=1
 check 'grep -q "ZeRO stage 3" "$T/full_sft_2.log"'
-check '[ "$(worst models/qwen3vl saves/qwen3-vl-4b/full/sft visual)" = "0.000e+00" ]'
 w=$(worst saves/qwen3-vl-4b/full/sft "$T/full_1rank")
 echo "full SFT (ds_z3), 1 rank x accumulation 2 vs 2 ranks x 1: worst rel L2 $w"
 check '"$BIN" compare saves/qwen3-vl-4b/full/sft "$T/full_1rank" >/dev/null && within "$w" 1e-6'
