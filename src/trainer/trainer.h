@@ -93,7 +93,8 @@ void tn_trainer_free(tn_trainer *t);
  * ranks (sample i on rank i mod world) and summed; collective. NAN with tn_err on failure. */
 double tn_trainer_eval(tn_trainer *t, const tn_dataset *eval);
 /* One optimizer step; 0 ok, -1 on a non-finite loss/gradient (step skipped, tn_err set), -2 when the
- * exchange between machines failed (tn_err). */
+ * exchange between machines failed or the model refused a micro-batch's images (tn_err). Before each
+ * micro-batch's forward the model gets that micro-batch's images (tn_acts_set_images). */
 int tn_trainer_step(tn_trainer *t, tn_step_stats *st);
 /* The next step whose numbers are final for the log (the loss every rank sees): 1 with *st, or 0. Plain data
  * parallelism: the step just done; DiLoCo: the steps of a round once its exchange completed. */
