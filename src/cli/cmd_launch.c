@@ -288,8 +288,11 @@ static int socket_ifname(char *out, size_t n) {
     out[0] = '\0';
     if (!spec || !*spec) return 0;
     if (tn_ifname_resolve(spec, out, n) < 0) return -1;
-    printf("tandem launch: NCCL_SOCKET_IFNAME=%s: MPI's TCP (btl_tcp_if_include, oob_tcp_if_include) uses %s\n", spec,
-           out);
+    int btl = !getenv("OMPI_MCA_btl_tcp_if_include") && !getenv("OMPI_MCA_btl_tcp_if_exclude");
+    int oob = !getenv("OMPI_MCA_oob_tcp_if_include") && !getenv("OMPI_MCA_oob_tcp_if_exclude");
+    printf("tandem launch: NCCL_SOCKET_IFNAME=%s: MPI's TCP (%s%s%s) uses %s%s\n", spec, btl ? "btl_tcp_if_include" : "",
+           btl && oob ? ", " : "", oob ? "oob_tcp_if_include" : "", out,
+           btl && oob ? "" : " (your OMPI_MCA_*_tcp_if_* setting wins for the other)");
     return 0;
 }
 

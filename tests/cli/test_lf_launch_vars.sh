@@ -10,7 +10,8 @@
 # rank's communication log, and without it there is none. With --dry-run: NODE_RANK and RANK both set and
 # different are one line naming the one used; a RANK beyond NNODES, or an interface this machine lacks, is
 # one error line naming the variable, before anything starts; RANK without NNODES is not read;
-# CUDA_VISIBLE_DEVICES=-1 (no device) is one rank.
+# CUDA_VISIBLE_DEVICES=-1 (no device) is one rank; a hostfile launch gets the same interfaces and forwards
+# NCCL_DEBUG, and the user's own OMPI_MCA_btl_tcp_if_exclude wins.
 set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
@@ -87,6 +88,15 @@ check '[ $rc -eq 0 ] && grep -q "mpirun .* -n 3 " "$T/three.log"'
 dry np CUDA_VISIBLE_DEVICES=0,1,2 NPROC_PER_NODE=1   # NPROC_PER_NODE wins, as LLaMA-Factory's does
 rc=$?
 check '[ $rc -eq 0 ] && grep -q "mpirun .* -n 1 " "$T/np.log"'
+# a hostfile launch: the same interfaces for MPI's TCP, and NCCL_DEBUG forwarded to the other machines' ranks
+printf 'localhost slots=2\n' >"$T/hosts"
+NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO timeout 30 "$BIN" launch --dry-run --hostfile "$T/hosts" "$T/a.yaml" >"$T/hf.log" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "mpirun .*--hostfile .*--mca btl_tcp_if_include lo --mca oob_tcp_if_include lo .*-x NCCL_DEBUG" "$T/hf.log"'
+OMPI_MCA_btl_tcp_if_exclude=docker0 NCCL_SOCKET_IFNAME=lo timeout 30 "$BIN" launch --dry-run --hostfile "$T/hosts" "$T/a.yaml" \
+  >"$T/hfx.log" 2>&1
+rc=$?   # the user's own Open MPI choice wins (Open MPI refuses include and exclude together)
+check '[ $rc -eq 0 ] && ! grep "mpirun" "$T/hfx.log" | grep -q "btl_tcp_if_include" && grep -q "mpirun.*oob_tcp_if_include lo" "$T/hfx.log"'
 [ "$fails" -eq 0 ] || tail -n 8 "$T"/*.log
 echo "test_lf_launch_vars: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]
