@@ -43,7 +43,9 @@ static const page PAGES[] = {
      "  --help, -h            this page\n"
      CONFIG_ARGS
      "environment, one command per machine as with torchrun: NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT,\n"
-     "  NPROC_PER_NODE, FORCE_TORCHRUN=1 (tandem train too), TANDEM_RDZV_TIMEOUT (seconds node 0 waits)\n"},
+     "  NPROC_PER_NODE, FORCE_TORCHRUN=1 (tandem train too), TANDEM_RDZV_TIMEOUT (seconds node 0 waits); RANK for\n"
+     "  NODE_RANK when that is unset (older LLaMA-Factory); CUDA_VISIBLE_DEVICES (k devices: k ranks when\n"
+     "  NPROC_PER_NODE is unset); NCCL_SOCKET_IFNAME (also MPI's TCP interfaces); NCCL_DEBUG=INFO (communication log)\n"},
     {"env", NULL, "env [--hostfile FILE]",
      "what llamafactory-cli env and ds_report print: versions, BLAS kernel, CPU, memory, NUMA, MPI, CUDA; with\n"
      "several machines (--hostfile, or NNODES per node) one column each, differences marked",

@@ -121,6 +121,12 @@ struct tn_comm_op {
     char err[256];
 };
 
+/* comm_log.c: NCCL_DEBUG=INFO's communication log (silent otherwise) */
+int tn_comm_log_on(void);
+void tn_comm_log_machines(const tn_comm *c, const int *node_of); /* rank 0: each machine's ranks */
+void tn_comm_log_init(const tn_comm *c);                         /* this rank's place; rank 0: tuning */
+void tn_comm_log_finalize(tn_comm *c);
+
 /* comm_progress.c */
 int tn_comm_progress_start(tn_comm *c);
 void tn_comm_progress_stop(tn_comm *c);

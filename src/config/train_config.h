@@ -48,6 +48,12 @@ typedef struct {
     int enable_thinking;                  /* default true (LF) */
     char default_system[1024];            /* override of the template's system prompt ("" = template's) */
     double val_size;                      /* default 0; < 1 fraction, >= 1 count */
+    /* images (vision-language models; LF's defaults) */
+    int image_max_pixels, image_min_pixels; /* default 768*768 and 32*32: LF's pre-resize bounds */
+    char media_dir[TN_PATH_MAX];          /* default "" = dataset_dir: where the images column's paths start */
+    int freeze_vision_tower;              /* default true */
+    int freeze_multi_modal_projector;     /* default true */
+    int freeze_language_model;            /* default false */
     /* training */
     double learning_rate;                 /* default 5e-5 (HF) */
     int max_steps;                        /* default -1: use num_train_epochs */

@@ -15,6 +15,7 @@
 #include "data/lf_dataset.h"
 #include "tokenizer/tokenizer.h"
 #include "model/model.h"
+#include "model/vision.h"
 #include "outputs/chat_template.h"
 #include "outputs/output_lock.h"
 #include "outputs/previous_run.h"
@@ -60,12 +61,6 @@ static int longest(const lf_samples *s) {
     return m;
 }
 
-static void as_dataset(const lf_samples *s, int S, tn_dataset *d) {
-    memset(d, 0, sizeof *d);
-    d->n = s->n, d->S = S;
-    d->var_ids = s->ids, d->var_labels = s->labels, d->var_off = s->off;
-}
-
 /* Where tokenized data is cached: $TANDEM_CACHE_DIR, else ~/.cache/tandem/data (as HF caches datasets). */
 static char *cache_dir(void) {
     const char *env = getenv("TANDEM_CACHE_DIR"), *home = getenv("HOME");
@@ -90,7 +85,9 @@ static int load_lf_data(const tn_train_config *cfg, tn_comm *comm, job_data *d) 
                       .stage = cfg->stage == TN_STAGE_PT ? "pt" : "sft", .cutoff_len = cfg->cutoff_len,
                       .max_samples = cfg->max_samples, .packing = cfg->packing, .train_on_prompt = cfg->train_on_prompt,
                       .mask_history = cfg->mask_history, .val_size = cfg->val_size, .seed = cfg->seed,
-                      .cache_dir = cache, .tokenizer_path = tok_path, .enable_thinking = cfg->enable_thinking ? 1 : -1};
+                      .cache_dir = cache, .tokenizer_path = tok_path, .enable_thinking = cfg->enable_thinking ? 1 : -1,
+                      .media_dir = cfg->media_dir[0] ? cfg->media_dir : NULL, .image_max_pixels = cfg->image_max_pixels,
+                      .image_min_pixels = cfg->image_min_pixels};
     int rc = tok ? 0 : -1;
     for (int turn = 0; turn < 2; turn++) { /* local rank 0 first, then the rest of its machine */
         if (rc == 0 && (in->local_rank == 0) == (turn == 0)) rc = lf_load(&a, tok, &d->lf_train, &d->lf_eval);
@@ -103,8 +100,8 @@ static int load_lf_data(const tn_train_config *cfg, tn_comm *comm, job_data *d) 
     if (rc == 0) {
         int S = longest(&d->lf_train), Se = longest(&d->lf_eval);
         S = Se > S ? Se : S;
-        as_dataset(&d->lf_train, S, &d->train);
-        if (d->lf_eval.n) as_dataset(&d->lf_eval, S, &d->eval);
+        lf_samples_dataset(&d->lf_train, S, &d->train); /* with its images, if any */
+        if (d->lf_eval.n) lf_samples_dataset(&d->lf_eval, S, &d->eval);
         d->vocab = tn_tokenizer_vocab_size(tok);
         if (in->rank == 0)
             printf("tandem: %d training samples%s%.0d%s (longest %d tokens) from %s, template %s%s\n", d->train.n,
@@ -140,6 +137,30 @@ static const tn_backend *select_backend(const tn_train_config *cfg, tn_comm *com
     return be;
 }
 
+/* LLaMA-Factory's freeze_vision_tower / freeze_multi_modal_projector / freeze_language_model for a VL model (a
+ * text model has none of these parts: LF ignores them there, and so does tandem). Full fine-tuning leaves the
+ * frozen parts out of the trainable set. With LoRA, LF's defaults keep the adapters on the language model,
+ * which is what tandem's LoRA covers; other settings would put LoRA on the vision tower or the projector
+ * (find_all_linear_modules skips only the frozen parts): one line, rather than a different model. */
+static int vl_freeze(const tn_train_config *cfg, const tn_model_config *mc, tn_lora_config *lora) {
+    if (mc->vis.kind == TN_VL_NONE) return 0;
+    lora->freeze = (cfg->freeze_vision_tower ? TN_FREEZE_VISION : 0u) |
+                   (cfg->freeze_multi_modal_projector ? TN_FREEZE_PROJECTOR : 0u) |
+                   (cfg->freeze_language_model ? TN_FREEZE_LM : 0u);
+    if (cfg->finetuning_type == TN_FT_LORA && lora->freeze != (TN_FREEZE_VISION | TN_FREEZE_PROJECTOR))
+        return tn_err("%s: finetuning_type lora with freeze_vision_tower %s, freeze_multi_modal_projector %s, "
+                      "freeze_language_model %s would put LoRA on %s (LLaMA-Factory); tandem's LoRA covers the language "
+                      "model: keep the defaults (true, true, false), or use finetuning_type full",
+                      cfg->source_path, cfg->freeze_vision_tower ? "true" : "false",
+                      cfg->freeze_multi_modal_projector ? "true" : "false", cfg->freeze_language_model ? "true" : "false",
+                      !cfg->freeze_vision_tower ? "the vision tower" : !cfg->freeze_multi_modal_projector ? "the projector"
+                                                                                                 : "the vision parts only");
+    if (lora->freeze == (TN_FREEZE_VISION | TN_FREEZE_PROJECTOR | TN_FREEZE_LM))
+        return tn_err("%s: freeze_vision_tower, freeze_multi_modal_projector and freeze_language_model are all true: "
+                      "nothing would train", cfg->source_path);
+    return 0;
+}
+
 static tn_model *load_model(const tn_train_config *cfg, const tn_backend *be) {
     int fresh = !cfg->model_name_or_path[0];
     char *cfg_path = fresh ? tn_xstrdup(cfg->model_config) : tn_path_join(cfg->model_name_or_path, "config.json");
@@ -160,6 +181,7 @@ static tn_model *load_model(const tn_train_config *cfg, const tn_backend *be) {
             goto out;
         }
     }
+    if (vl_freeze(cfg, &mc, &lora) != 0) goto out;
     m = tn_model_create(&mc, &lora, be);
     tn_model_init_random(m, (uint64_t)cfg->seed); /* LoRA adapters (and a fresh model) start from here */
     m->base_name_or_path = fresh ? NULL : cfg->model_name_or_path; /* adapter_config.json names it */

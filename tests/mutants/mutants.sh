@@ -38,7 +38,7 @@ fi
 
 # the generation and dashboard tests must pass unmutated too
 for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed \
-  test_unit_sync_device test_unit_frozen_ranges test_unit_comm_shared_gpu test_unit_memory_check; do
+  test_unit_sync_device test_unit_frozen_ranges test_unit_comm_shared_gpu test_unit_memory_check test_unit_ifname; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -125,6 +125,16 @@ mutant bleu-method3-no-doubling infer/nlg_metrics.c '1.0 / (ldexp(1.0, ++zeros) 
   '1.0 / (ldexp(1.0, ++zeros > 0) * (double)den)' test_unit_nlg_metrics
 mutant rouge-n-counts-repeats infer/nlg_metrics.c 'if (i == 0 || ngram_cmp(&out[i], &out[u - 1])) out[u++] = out[i];' \
   'out[u++] = out[i];' test_unit_nlg_metrics
+
+# NCCL_SOCKET_IFNAME's rules (tests/unit/test_unit_ifname.c)
+mutant ifname-prefix-read-as-exact-name launch/ifname.c \
+  'return exact ? strlen(name) == len && strncmp(item, name, len) == 0 : strncmp(item, name, len) == 0;' \
+  'return exact + strlen(name) == len + exact && strncmp(item, name, len) == 0;' test_unit_ifname
+mutant ifname-port-kept-in-the-name launch/ifname.c \
+  'hit = item_match(p, name_len < len ? name_len : len, name, exact);' 'hit = item_match(p, name_len < len ? len : len, name, exact);' \
+  test_unit_ifname
+mutant ifname-exclusion-keeps-loopback launch/ifname.c \
+  'if (pass == 0 && spec[0] == '"'^'"' && is_loopback(ifs[i])) continue;' 'if (pass == 0 && spec[0] == '"'^'"' && is_loopback(ifs[i]) && 0) continue;' test_unit_ifname
 
 # the ResNet (test_parity_resnet against torchvision's float64 run): BN variance conventions, padding, downsample
 # stride, running-statistics momentum
