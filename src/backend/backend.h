@@ -129,6 +129,10 @@ struct tn_backend {
      * own included (the caller stored them first). out [T, H*hd]. */
     void (*attention_cached)(float *out, const float *q, int ldq, const float *const *k, const float *const *v,
                              const int32_t *pos, int T, int H, int KV, int hd);
+
+    /* ---- image classification (backend/image_kernels.h). NULL in a backend without them: model/resnet.c refuses
+     * there in one line. */
+    const struct tn_image_kernels *image;
 };
 
 const tn_backend *tn_backend_cpu(void);

@@ -37,7 +37,7 @@ else
 fi
 
 # the generation and dashboard tests must pass unmutated too
-for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_lora_embed; do
+for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -125,6 +125,31 @@ mutant bleu-method3-no-doubling infer/nlg_metrics.c '1.0 / (ldexp(1.0, ++zeros) 
 mutant rouge-n-counts-repeats infer/nlg_metrics.c 'if (i == 0 || ngram_cmp(&out[i], &out[u - 1])) out[u++] = out[i];' \
   'out[u++] = out[i];' test_unit_nlg_metrics
 
+# the ResNet (test_parity_resnet against torchvision's float64 run): BN variance conventions, padding, downsample
+# stride, running-statistics momentum
+if [ ! -d "$SHARED/ref/fixtures/resnet18w8-f64" ]; then
+  echo "skip ResNet mutants: $SHARED/ref/fixtures is absent"
+  [ "${CI:-}" != true ] || { echo "mutants: ../shared is absent and CI=true"; exit 1; }
+elif build_and_run test_parity_resnet; then
+  echo "ok   unmutated source passes test_parity_resnet"
+  mutant bn-normalises-with-unbiased-variance backend/cpu_image.c 'double var = ss / M;' 'double var = ss / (M - 1);' \
+    test_parity_resnet
+  mutant bn-running-var-takes-biased-variance backend/cpu_image.c '(float)(ss / (M - 1))' '(float)(ss / M)' \
+    test_parity_resnet
+  mutant resnet-stem-padding-off-by-one model/resnet.c 'w, 7, 2, 3);' 'w, 7, 2, 2);' test_parity_resnet
+  mutant conv-im2col-padding-off-by-one backend/cpu_conv.c 'int h = oh * s->stride - s->pad + i;
+                float *row' 'int h = oh * s->stride - s->pad + 1 + i;
+                float *row' test_parity_resnet
+  mutant resnet-downsample-stride-1 model/resnet.c 'in, out, 1, stride, 0);' 'in, out, 1, 1, 0);' test_parity_resnet
+  mutant bn-momentum-keras-convention backend/cpu_image.c \
+    'run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * m;
+        run_var[c] = (1.0f - momentum) * run_var[c] + momentum * unbiased;' \
+    'run_mean[c] = momentum * run_mean[c] + (1.0f - momentum) * m;
+        run_var[c] = momentum * run_var[c] + (1.0f - momentum) * unbiased;' test_parity_resnet
+else
+  tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails test_parity_resnet"; exit 1
+fi
+
 # the dashboard (tests/unit/test_unit_dashboard.c)
 mutant dashboard-straggler-by-step-not-per-sample serve/dash_view.c \
   'per[r] = s > 0 ? c / s : c;' 'per[r] = s > 0 ? c : c;' test_unit_dashboard
@@ -134,6 +159,15 @@ mutant dashboard-points-printed-by-cjson serve/dash_view.c \
   'if (isfinite(v)) tn_sb_py_float(b, v);' 'if (isfinite(v)) tn_sb_printf(b, "%.15g", v);' test_unit_dashboard
 mutant dashboard-event-ring-without-byte-bound serve/dash_store.c \
   's->bytes + b.n > STORE_EVENT_BYTES' 's->bytes + b.n > 4 * STORE_EVENT_BYTES' test_unit_dashboard
+# the plan's cost model (tests/unit/test_unit_plan.c)
+mutant plan-allreduce-bytes-halved trainer/plan.c \
+  'r->link_bytes = M > 1 ? 2 * (M - 1) / M * G : 0;' 'r->link_bytes = M > 1 ? (M - 1) / M * G : 0;' test_unit_plan
+mutant plan-no-overlap-with-backward trainer/plan.c \
+  'return fmax(j->compute_s + comm / fmax(buckets, 1), first_ready + comm);' 'return j->compute_s + comm;' test_unit_plan
+mutant plan-diloco-round-not-hidden trainer/plan.c \
+  'fmax(0, round_link - H * step)' 'round_link' test_unit_plan
+mutant plan-zero2-formula trainer/plan.c \
+  'case TN_PLAN_ZERO2: state = 4 * P + 12 * P / N; break;' 'case TN_PLAN_ZERO2: state = 8 * P + 8 * P / N; break;' test_unit_plan
 
 # Image side (decode, PIL's resize, smart_resize, patchify) against the vision-language fixtures.
 TEST=test_parity_vl_data
