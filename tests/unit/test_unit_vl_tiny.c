@@ -6,7 +6,10 @@
  *   - one forward with an image (a 60x90 test pattern through the processor: LLaMA-Factory's limits,
  *     smart_resize, bicubic, patchify) gives finite logits; the logits before <|vision_start|> are bit-identical
  *     with another image (causal attention, the image enters only at its own tokens) and differ after it;
- *   - one forward/backward gives a finite loss and a nonzero gradient on the patch embedding (full fine-tuning).
+ *   - one forward/backward gives a finite loss and a nonzero gradient on the patch embedding (full fine-tuning);
+ *   - generation's KV-cache path (tn_kv_forward_mm): the prompt with its image prefilled, then the text after it
+ *     decoded token by token (positions continuing max(t, h, w) after the image) gives, row by row, the logits of
+ *     the full forward (fp32, another summation order: rel L2 <= 1e-5 per row).
  * Needs ../shared (the tokenizer): skipped without it, a failure with CI=true. */
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +20,7 @@
 #include "core/core.h"
 #include "data/image.h"
 #include "data/vl_processor.h"
+#include "model/kv_forward.h"
 #include "model/model.h"
 #include "model/vision.h"
 #include "testlib.h"
@@ -46,6 +50,28 @@ static float *image_patches(const tn_vl_proc *p, int flip, int *n_tok, int32_t g
     tn_vl_patchify(p, out.px, out.h, out.w, pv);
     tn_image_free(&out);
     return pv;
+}
+
+/* prefill [0, n0) with the image, then one token at a time; each step's last-row logits vs the full forward's */
+static void check_kv(const char *example, tn_model *m, const int32_t *ids, int S, int n0, const tn_mm_batch *mm,
+                     const float *full) {
+    tn_kv *kv = tn_kv_create(m, 1, S + 4);
+    if (!CHECKF(kv != NULL, "%s", tn_errmsg())) return;
+    float *lg = tn_xmalloc((size_t)m->V * sizeof *lg);
+    double worst = 0;
+    for (int at = 0; at < S;) {
+        int n = at == 0 ? n0 : 1;
+        tn_kv_seg seg = {.slot = 0, .n = n, .ids = ids + at};
+        if (!CHECKF(tn_kv_forward_mm(m, kv, &seg, 1, at == 0 ? mm : NULL, lg) == 0, "%s", tn_errmsg())) break;
+        at += n;
+        const float *ref = full + (size_t)(at - 1) * m->V;
+        double num = 0, den = 0;
+        for (int v = 0; v < m->V; v++) num += ((double)lg[v] - ref[v]) * ((double)lg[v] - ref[v]), den += (double)ref[v] * ref[v];
+        worst = fmax(worst, sqrt(num / den));
+    }
+    CHECKF(worst <= 1e-5, "%s: KV-cache generation path vs full forward: worst row rel L2 %.3g", example, worst);
+    free(lg);
+    tn_kv_free(kv);
 }
 
 static void run_example(const char *example, const char *tokdir) {
@@ -105,6 +131,7 @@ static void run_example(const char *example, const char *tokdir) {
     size_t before = (size_t)(PRE + 1) * m->V; /* rows up to <|vision_start|> see no image */
     CHECKF(finite && memcmp(l1, l2, before * sizeof *l1) == 0 && memcmp(l1 + before, l2 + before, ((size_t)S * m->V - before) * sizeof *l1) != 0,
            "%s: logits with an image: finite %d, equal before the image, different after", example, finite);
+    check_kv(example, m, ids, S, PRE + 2 + n_tok, &mm, l1);
     /* forward/backward: a finite loss and a patch-embedding gradient */
     int64_t nv = 0;
     m->be->zero(m->grad, m->n_trainable);
