@@ -270,7 +270,9 @@ int tn_model_save_adapter(const tn_model *m, const char *adapter_dir) {
 
 static const char *const TOKENIZER_FILES[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                               "generation_config.json", "vocab.json", "merges.txt",
-                                              "tokenizer.model", "chat_template.jinja", NULL};
+                                              "tokenizer.model", "chat_template.jinja",
+                                              /* VL models: the image processor's settings travel with the tokenizer */
+                                              "preprocessor_config.json", "chat_template.json", NULL};
 
 int tn_model_copy_tokenizer_files(const char *from, const char *to) {
     int copied = 0;

@@ -249,6 +249,9 @@ elif build_and_run; then
   mutant deepstack-from-the-next-vision-block model/vision.c \
     'if (v->deep_idx[k] == b) return k;' \
     'if (v->deep_idx[k] + 1 == b) return k;'
+  mutant kv-positions-after-an-image-by-token-count model/kv_forward.c \
+    'kv->new_delta[segs[i].slot] = base + mx + 1 - (kv->len[segs[i].slot] + segs[i].n);' \
+    'kv->new_delta[segs[i].slot] = 0 * mx;' test_unit_vl_tiny
   mutant qwen3-pos-embed-interpolation-axes-swapped model/vision_merge.c \
     'wt[0] = (1 - dh) * (1 - dw), wt[1] = (1 - dh) * dw, wt[2] = dh * (1 - dw), wt[3] = dh * dw;' \
     'wt[0] = (1 - dh) * (1 - dw), wt[1] = dh * (1 - dw), wt[2] = (1 - dh) * dw, wt[3] = dh * dw;'
