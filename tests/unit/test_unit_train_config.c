@@ -152,13 +152,19 @@ static void defaults(void) {
     CHECK(tn_train_config_finish(&c) == 0 && c.packing == 1 && c.gradient_checkpointing == 0);
     /* features LLaMA-Factory has and tandem does not: one clear error naming the key */
     const char *unsupported[] = {"stage: dpo\n", "use_dora: true\n", "quantization_bit: 4\n",
-                                 "optim: sgd\n", "neat_packing: true\n"};
+                                 "optim: adafactor\n", "neat_packing: true\n"};
     for (int i = 0; i < 5; i++) {
         char y[256];
         snprintf(y, sizeof y, "model_config: x.json\n%s", unsupported[i]);
         CHECKF(tn_train_config_parse(y, "u.yaml", &c) != 0 && strstr(tn_errmsg(), "u.yaml:2: key '"),
                "%s -> %s", unsupported[i], tn_errmsg());
     }
+    /* optim: sgd is read (image classifiers train with it; a language model's job refuses it: test_image_train) */
+    CHECK(tn_train_config_parse("model_config: x.json\noptim: sgd\noptim_args: momentum=0.9\nlabel_smoothing_factor: 0.1\n",
+                                "s.yaml", &c) == 0 && c.optim_sgd == 1 && strcmp(c.optim_args, "momentum=0.9") == 0 &&
+          c.label_smoothing_factor == 0.1);
+    CHECK(tn_train_config_parse("model_config: x.json\nlabel_smoothing_factor: 1.5\n", "s.yaml", &c) != 0 &&
+          strstr(tn_errmsg(), "label_smoothing_factor"));
     /* LLaMA-Factory's qwen3vl_lora_sft.yaml: the line says what is missing, not that the key is unknown */
     CHECKF(tn_train_config_parse("model_config: x.json\nimage_max_pixels: 262144\n", "vl.yaml", &c) != 0 &&
                strstr(tn_errmsg(), "vl.yaml:2: key 'image_max_pixels': vision-language") && !strstr(tn_errmsg(), "not known"),
