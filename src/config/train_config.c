@@ -163,6 +163,7 @@ static const key_def KEYS[] = {
     {"optim", NOFIELD, 0, 0, "adamw_torch (or adamw_torch_fused, adamw_hf: the same AdamW here), or sgd", set_optim},
     {"optim_args", STR(optim_args), 0, 0, "comma list of key=value (sgd: momentum, dampening, nesterov)", NULL},
     {"label_smoothing_factor", NUM(label_smoothing_factor, 0, 1, 0, 1), 0, 0, "a number in [0, 1)", NULL},
+    {"sync_bn", BOOL(sync_bn), 0, 0, "true or false", NULL},
     {"seed", INT(seed, INT_MIN, INT_MAX), 0, 0, "an integer", NULL},
     /* distributed */
     {"max_bad_steps", INT(max_bad_steps, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},

@@ -65,6 +65,7 @@ typedef struct {
     int optim_sgd;                        /* optim: sgd (image classifiers; else AdamW) */
     char optim_args[256];                 /* HF optim_args "k=v,...": sgd's momentum, dampening, nesterov */
     double label_smoothing_factor;        /* HF, default 0 (image classifiers) */
+    int sync_bn;                          /* image classifiers: batch statistics over all ranks (SyncBatchNorm) */
     int gradient_checkpointing;           /* default: on, as LF (off with disable_gradient_checkpointing) */
     int disable_gradient_checkpointing;
     int seed;                             /* default 42 */

@@ -32,5 +32,8 @@ int tn_family_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_f
     if (f->train == tn_job_train && cfg->optim_sgd)
         return tn_err("%s: key 'optim': sgd trains image classifiers; a language model trains with adamw_torch",
                       cfg->source_path);
+    if (f->train == tn_job_train && cfg->sync_bn)
+        return tn_err("%s: key 'sync_bn': batch norm belongs to image classifiers; a language model has none",
+                      cfg->source_path);
     return f->train(cfg, comm, config_fingerprint);
 }

@@ -4,7 +4,8 @@
  * global batch (per_device_train_batch_size x ranks x gradient_accumulation_steps) is a slice of a per-epoch
  * permutation drawn from (seed, epoch), cut into equal rank shares, so a run's samples do not depend on the number
  * of ranks. Batch normalisation as DDP's default: per-rank batch statistics, running estimates broadcast from rank
- * 0 before every forward (broadcast_buffers). Gradients: the mean over the global batch (all-reduced), clipped at
+ * 0 before every forward (broadcast_buffers); sync_bn: true sums the statistics over the ranks (SyncBatchNorm), so
+ * a global batch trains the same on any number of ranks. Gradients: the mean over the global batch (all-reduced), clipped at
  * max_grad_norm, then torch's AdamW (weight decay on every parameter, as torch.optim given model.parameters())
  * or SGD (optim: sgd, optim_args momentum / dampening / nesterov). Each epoch ends with an evaluation (accuracy,
  * loss) of the held-out set. Rank 0 writes trainer_log.jsonl, all_results.json and the model (config.json +
@@ -38,6 +39,8 @@ typedef struct {
     tn_image_set train, eval;
     float *opt_a, *opt_b;            /* AdamW m, v; SGD momentum buffer in opt_a */
     sgd_args sgd;
+    tn_bn_sync sync;                 /* sync_bn: batch statistics summed over the ranks */
+    int sync_failed;                 /* an all-reduce inside a BN failed (reported after the step) */
     char *log;                       /* trainer_log.jsonl so far (rank 0), rewritten atomically */
     size_t log_len;
     double t0;
@@ -147,6 +150,11 @@ static void permute(int64_t *idx, int n, uint64_t seed, int64_t e) {
     }
 }
 
+static void sync_sum(void *ctx, double *buf, int n) {
+    image_job *j = ctx;
+    if (j->world > 1 && !j->sync_failed && tn_comm_allreduce_f64(j->comm, buf, (size_t)n)) j->sync_failed = 1;
+}
+
 /* DDP's broadcast_buffers: rank 0's running statistics everywhere, before a forward */
 static int broadcast_buffers(image_job *j) {
     if (j->world == 1) return 0;
@@ -235,6 +243,7 @@ static int train_step(image_job *j, const int64_t *perm, int64_t start, int gsiz
         sum += tn_resnet_forward_backward(j->m, img, lab, k, 1.0f / (float)gsize, (float)c->label_smoothing_factor, NULL);
     }
     free(img), free(lab);
+    if (j->sync_failed) return tn_err("sync_bn: the batch-statistics all-reduce failed: %s", tn_errmsg());
     if (j->world > 1 && (tn_comm_allreduce_f32(j->comm, tn_resnet_grad(j->m), n) || tn_comm_allreduce_f64(j->comm, &sum, 1)))
         return -1;
     *loss = sum / gsize;
@@ -260,7 +269,7 @@ static int train(image_job *j) {
         for (int b = 0; rc == 0 && b < steps_per_epoch && step < total; b++) {
             int64_t start = (int64_t)b * G;
             int gsize = (int)(n - start < G ? n - start : G);
-            double lr = tn_lr_at(c->lr_scheduler_type, c->learning_rate, step, warmup, total), loss;
+            double lr = tn_lr_at(c->lr_scheduler_type, c->learning_rate, step, warmup, total), loss = 0;
             rc = train_step(j, perm, start, gsize, epoch, &loss);
             if (rc) break;
             double gn = grad_clip(j);
@@ -317,6 +326,8 @@ int tn_image_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t confi
     if (rc == 0 && cfg->optim_sgd) rc = parse_sgd_args(cfg, &j.sgd);
     if (rc == 0) rc = load_model(&j);
     if (rc == 0) rc = load_sets(&j, tn_resnet_cfg(j.m)->image_size);
+    j.sync = (tn_bn_sync){sync_sum, &j};
+    if (rc == 0 && cfg->sync_bn) tn_resnet_set_sync_bn(j.m, &j.sync);
     if (rc == 0 && j.rank == 0 && tn_mkdirs(cfg->output_dir)) rc = tn_err("%s: cannot create output_dir", cfg->output_dir);
     if (rc == 0) rc = tn_resnet_reserve(j.m, cfg->per_device_train_batch_size > cfg->per_device_eval_batch_size
                                                    ? cfg->per_device_train_batch_size : cfg->per_device_eval_batch_size,

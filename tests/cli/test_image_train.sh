@@ -7,7 +7,8 @@
 #     the real format (5 data batches + test batch of 3073-byte records, batches.meta.txt): runs, saves
 #     config.json + model.safetensors, which torchvision's resnet18 loads strictly when python3-torchvision is there;
 #  3. a record with label 10: one line naming the file and record, exit status 1;
-#  4. optim: sgd given to a language model: one line saying so.
+#  4. optim: sgd given to a language model: one line saying so;
+#  5. sync_bn: 2 ranks x 8 = 1 rank x 16 within the bound derived at the check.
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 EX=$TANDEM_TESTS_DIR/../examples
@@ -69,6 +70,36 @@ OMP_NUM_THREADS=2 "$BIN" train "$EX/resnet18_cifar10.yaml" dataset_dir="$T/cifar
 rc=$?
 check '[ $rc -eq 1 ] && grep -q "data_batch_3.bin: record 3: label 10" "$T/bad.log"'
 check '[ "$(grep -c error "$T/bad.log")" -eq 1 ]'
+
+# 5. split invariance with sync_bn: 2 ranks x 8 images = 1 rank x 16 (the same global batches, augmentation drawn per
+#    sample): parameters after 3 AdamW steps (lr 1e-3). The runs differ only in summation order (each rank sums its
+#    half of every gradient, the all-reduce adds the halves; BN sums in double): rounding errors of n-term fp32 sums
+#    behave as random walks, ~sqrt(n) u = 64 x 6e-8 = 4e-6 relative for the longest (n = 4096), and AdamW's
+#    scale-free update carries a relative gradient error into the step about 1:1, so 1e-4 per tensor leaves 25x.
+#    Observed 1e-6 to 8e-6. Without sync_bn each rank normalises by its own 8 images: the same comparison is > 1e-2.
+relmax() { # worst relative L2 over the F32 tensors of two model.safetensors
+  python3 - "$1/model.safetensors" "$2/model.safetensors" <<'EOF'
+import json, math, struct, sys
+def load(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); d = b[8 + n:]
+    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4), d[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in h.items() if k != "__metadata__" and v["dtype"] == "F32"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+w = max(math.sqrt(sum((x - y) ** 2 for x, y in zip(a[k], b[k]))) / max(math.sqrt(sum(y * y for y in b[k])), 1e-30) for k in b)
+print("%.3e" % w)
+EOF
+}
+S="max_steps=3 learning_rate=1e-3 optim=adamw_torch num_train_epochs=1 logging_steps=1"
+OMP_NUM_THREADS=1 mpirun -n 2 -x OMP_NUM_THREADS "$BIN" train "$EX/image_demo.yaml" $S sync_bn=true per_device_train_batch_size=8 \
+  output_dir="$T/s2x8" >"$T/s2x8.log" 2>&1 || { echo "sync_bn 2x8 failed:"; tail -5 "$T/s2x8.log"; }
+OMP_NUM_THREADS=2 "$BIN" train "$EX/image_demo.yaml" $S sync_bn=true per_device_train_batch_size=16 output_dir="$T/s1x16" \
+  >"$T/s1x16.log" 2>&1 || { echo "sync_bn 1x16 failed:"; tail -5 "$T/s1x16.log"; }
+OMP_NUM_THREADS=1 mpirun -n 2 -x OMP_NUM_THREADS "$BIN" train "$EX/image_demo.yaml" $S per_device_train_batch_size=8 \
+  output_dir="$T/n2x8" >"$T/n2x8.log" 2>&1 || { echo "2x8 without sync_bn failed:"; tail -5 "$T/n2x8.log"; }
+ws=$(relmax "$T/s2x8" "$T/s1x16") wn=$(relmax "$T/n2x8" "$T/s1x16")
+echo "sync_bn 2x8 vs 1x16: worst rel L2 $ws (bound 1e-4); without sync_bn: $wn"
+check 'within "${ws:-1}" 1e-4'
+check 'within 1e-2 "${wn:-0}"'
 
 # 4. optim: sgd on a language model: one line, before any work
 "$BIN" train "$EX/demo_addition.yaml" output_dir="$T/lm" optim=sgd max_steps=1 >"$T/lm.log" 2>&1
