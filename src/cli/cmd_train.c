@@ -58,7 +58,7 @@ static int pick_zero_stage(tn_train_config *cfg, int ds_stage) {
 }
 
 /* The YAML, its overrides, and the DeepSpeed JSON it names (its notes join the YAML's). */
-static int load_config(int argc, char **argv, int world, tn_train_config *cfg) {
+int tn_cli_load_train_config(int argc, char **argv, int world, tn_train_config *cfg) {
     int rc = tn_train_config_load(argv[0], cfg);
     for (int i = 1; i < argc && rc == 0; i++) {
         if (!strchr(argv[i], '=')) return tn_err("command line: '%s' is not key=value", argv[i]);
@@ -128,7 +128,7 @@ int tn_cmd_train(int argc, char **argv) {
     const tn_comm_info *in = tn_comm_get_info(comm);
     set_threads(in);
     static tn_train_config cfg;
-    int rc = load_config(argc, argv, in->size, &cfg);
+    int rc = tn_cli_load_train_config(argc, argv, in->size, &cfg);
     if (rc == 0) rc = tn_train_config_check_model_paths(&cfg);
     /* a config error is the same on every rank: rank 0 reports it; the fingerprint check comes after, so
      * a rank with a different file is named by it */

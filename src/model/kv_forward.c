@@ -224,7 +224,13 @@ static int stage_rows(const tn_model *m, tn_kv *kv, const tn_kv_seg *segs, int n
 }
 
 /* x [T, D] = the token embeddings (an image-aware prefill would write image features over some rows here) */
-static void embed_segments(tn_model *m, tn_kv *kv, int T) { m->be->embedding_forward(kv->x, m->embed, kv->ids, T, m->D); }
+static void embed_segments(tn_model *m, tn_kv *kv, int T) {
+    m->be->embedding_forward(kv->x, m->embed, kv->ids, T, m->D);
+    if (m->lora_emb.A) { /* unmerged embed_tokens LoRA: x += s (A^T[ids]) B^T */
+        m->be->embedding_forward(kv->la, m->lora_emb.A, kv->ids, T, m->lora.r);
+        m->be->linear_rows(kv->x, m->D, kv->la, m->lora.r, m->lora_emb.B, m->D, m->lora.r, T, m->lora_scale, 1.0f);
+    }
+}
 
 int tn_kv_forward(tn_model *m, tn_kv *kv, const tn_kv_seg *segs, int n_segs, float *logits) {
     int T = 0;

@@ -24,6 +24,7 @@
 #include "trainer/diloco.h"
 #include "trainer/memory_check.h"
 #include "trainer/monitor.h"
+#include "trainer/plan_check.h"
 #include "serve/dashboard.h"
 #include "trainer/recipe.h"
 #include "trainer/replica.h"
@@ -255,7 +256,21 @@ typedef struct {
     int64_t loss_tokens;
     double comm_wait;
     tn_monitor *mon;          /* every rank: the steps' timings for tandem_ranks.jsonl */
+    double plan_wall, plan_compute, plan_seen; /* rank 0: the steps timed for the plan check (plan_check.h) */
+    int plan_steps;
 } job_ctx;
+
+/* Rank 0 of a multi-rank run: after the first step (warm-up), a window of steps (two DiLoCo rounds: a round's
+ * end costs more than its other steps) is timed and set beside the plan's prediction. */
+static void plan_window(job_ctx *j, const tn_step_stats *st, double wall, double compute) {
+    const tn_trainer *t = j->t;
+    int window = t->diloco ? 2 * j->cfg->diloco_inner_steps : 5;
+    if (!j->lead || t->world < 2 || t->step - j->start_step < 2 || j->plan_steps >= window) return;
+    j->plan_wall += wall, j->plan_compute += compute, j->plan_steps++;
+    j->plan_seen += (double)st->seen / ((double)t->world * t->micro_batch * t->accum);
+    if (j->plan_steps == window)
+        tn_plan_check(j->cfg, j->comm, j->plan_wall / window, j->plan_compute / window, j->plan_seen / window, stdout);
+}
 
 /* The dashboard's address, as TensorBoard prints its own. */
 static void print_dashboard(const tn_dash *d, const char *output_dir) {
@@ -532,6 +547,7 @@ static int train_loop(job_ctx *j) {
         tn_monitor_step(j->mon, &st);
         L.window_compute += tn_now() - step_t0 - (step_rc == 0 ? st.comm_wait : 0);
         if (step_rc == 0) j->comm_wait += st.comm_wait;
+        if (step_rc == 0) plan_window(j, &st, tn_now() - step_t0, tn_now() - step_t0 - st.comm_wait);
         /* plain data parallelism: every rank sees the same summed gradient, so all skip together */
         if (step_rc != 0 && j->lead && !t->diloco) fprintf(stderr, "tandem: warning: %s\n", tn_errmsg());
         if (t->note[0]) {

@@ -32,6 +32,11 @@ void tn_memory_estimate(const tn_train_config *cfg, const tn_model_config *mc, i
     need->layer_bytes = 4 * (lora ? layer + 4 * lora_layer : 4 * layer);
     need->embed_bytes = 4 * (lora ? embed : 4 * embed);
     need->param_bytes = L * need->layer_bytes + need->embed_bytes + 4 * D * (lora ? 1 : 4);
+    double base = L * layer + embed + D;
+    need->trainable = lora ? L * lora_layer : base;
+    need->frozen = lora ? base : 0;
+    need->lora_params = lora ? L * lora_layer : 0;
+    need->matmul_params = L * (2 * q * D + 2 * kv * D + 3 * I * D) + V * D;
     /* model_forward.c's carve: one set of layer activations per layer (one with checkpointing), the layer
      * inputs, the backward buffers and one lm_head chunk of logits */
     const double B = cfg->per_device_train_batch_size, T = B * S, widest = fmax(fmax(D, I), q);

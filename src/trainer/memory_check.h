@@ -21,6 +21,10 @@ typedef struct {
     double embed_bytes;   /* of that, embeddings and (untied) lm_head */
     double act_bytes;     /* activations and batch buffers of one micro-batch */
     double tokens;        /* per_device_train_batch_size x seq_len */
+    double trainable;     /* trainable parameters (LoRA: the adapters) */
+    double frozen;        /* parameters that are not trained (LoRA: the base) */
+    double matmul_params; /* weights that multiply every token (layers' projections and the lm_head) */
+    double lora_params;   /* of the trainable ones, LoRA adapters */
 } tn_memory_need;
 
 /* The bytes one rank needs for model mc trained as cfg says on sequences of seq_len tokens. */

@@ -37,7 +37,7 @@ else
 fi
 
 # the generation and dashboard tests must pass unmutated too
-for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard; do
+for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -82,6 +82,16 @@ mutant lora-scale-alpha-not-alpha-over-r model/model.c \
 mutant qwen3-k-heads-normed-with-q-norm model/model_forward.c \
   's->qk_raw + HD, HD + KVD, w->kn, T,' \
   's->qk_raw + HD, HD + KVD, w->qn, T,'
+# LoRA on embed_tokens (tests/unit/test_unit_lora_embed.c)
+mutant lora-embedding-A-saved-as-held model/model_io.c \
+  '        if (p->file_transposed) transpose(host, p->shape[0], p->shape[1]);
+' '' test_unit_lora_embed
+mutant lora-embedding-grad-unscaled model/model_forward.c \
+  'be->matmul(0, 0, T, r, D, m->lora_scale, a->dres, D, m->lora_emb.B, r, 0.0f, a->dla, r);' \
+  'be->matmul(0, 0, T, r, D, 1.0f, a->dres, D, m->lora_emb.B, r, 0.0f, a->dla, r);' test_unit_lora_embed
+mutant lora-embedding-merge-untransposed model/merge.c \
+  'be->matmul(0, 1, m->V, D, r, m->lora_scale, m->lora_emb.A, r, m->lora_emb.B, r, 1.0f, m->embed, D);' \
+  'be->matmul(0, 1, m->V, D, r, m->lora_scale, m->lora_emb.A, r, m->lora_emb.B, r, 0.0f, m->embed, D);' test_unit_lora_embed
 # generation (KV cache), sampling and predict's metrics
 # (a rotary position shifted by a constant for q and k alike changes nothing: attention sees relative positions)
 mutant kv-rope-every-row-at-the-first-position backend/cpu_decode.c \
@@ -149,6 +159,15 @@ mutant dashboard-points-printed-by-cjson serve/dash_view.c \
   'if (isfinite(v)) tn_sb_py_float(b, v);' 'if (isfinite(v)) tn_sb_printf(b, "%.15g", v);' test_unit_dashboard
 mutant dashboard-event-ring-without-byte-bound serve/dash_store.c \
   's->bytes + b.n > STORE_EVENT_BYTES' 's->bytes + b.n > 4 * STORE_EVENT_BYTES' test_unit_dashboard
+# the plan's cost model (tests/unit/test_unit_plan.c)
+mutant plan-allreduce-bytes-halved trainer/plan.c \
+  'r->link_bytes = M > 1 ? 2 * (M - 1) / M * G : 0;' 'r->link_bytes = M > 1 ? (M - 1) / M * G : 0;' test_unit_plan
+mutant plan-no-overlap-with-backward trainer/plan.c \
+  'return fmax(j->compute_s + comm / fmax(buckets, 1), first_ready + comm);' 'return j->compute_s + comm;' test_unit_plan
+mutant plan-diloco-round-not-hidden trainer/plan.c \
+  'fmax(0, round_link - H * step)' 'round_link' test_unit_plan
+mutant plan-zero2-formula trainer/plan.c \
+  'case TN_PLAN_ZERO2: state = 4 * P + 12 * P / N; break;' 'case TN_PLAN_ZERO2: state = 8 * P + 8 * P / N; break;' test_unit_plan
 
 # Image side (decode, PIL's resize, smart_resize, patchify) against the vision-language fixtures.
 TEST=test_parity_vl_data
@@ -175,6 +194,41 @@ elif build_and_run; then
   mutant resize-taps-not-rounded-to-fixed-point data/image_resize.c \
     'q[i] = (int32_t)(t->k[i] < 0 ? -0.5 + v : 0.5 + v);' \
     'q[i] = (int32_t)v;'
+else
+  tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $TEST"; exit 1
+fi
+
+# the vision-language models (tests/parity/test_parity_vl.c, the same ../shared/ref fixtures)
+TEST=test_parity_vl
+if [ ! -d "$SHARED/ref/fixtures/qwen2vl-f64" ]; then
+  echo "skip vision-language model mutants: $SHARED/ref/fixtures is absent"
+  [ "${CI:-}" != true ] || { echo "mutants: ../shared is absent and CI=true"; exit 1; }
+elif build_and_run; then
+  echo "ok   unmutated source passes $TEST"
+  mutant mrope-sections-h-w-swapped model/vl_rope.c \
+    'return i < v->mrope[0] ? 0 : i < v->mrope[0] + v->mrope[1] ? 1 : 2;' \
+    'return i < v->mrope[0] ? 0 : i < v->mrope[0] + v->mrope[1] ? 2 : 1;'
+  mutant mrope-interleaved-h-w-swapped model/vl_rope.c \
+    'i % 3 == 1 && i < 3 * v->mrope[1] ? 1 : i % 3 == 2 && i < 3 * v->mrope[2] ? 2 : 0;' \
+    'i % 3 == 1 && i < 3 * v->mrope[1] ? 2 : i % 3 == 2 && i < 3 * v->mrope[2] ? 1 : 0;'
+  mutant vision-rope-row-col-swapped model/vision_merge.c \
+    'patch_coords(v, mm, block_row(va, mm2, n), &row, &col, &img);' \
+    'patch_coords(v, mm, block_row(va, mm2, n), &col, &row, &img);'
+  mutant merger-output-left-in-window-order model/vision_merge.c \
+    'memcpy(dst + (size_t)va->perm[j] * m->D, src + (size_t)j * m->D, m->D * sizeof *dst);' \
+    'memcpy(dst + (size_t)j * m->D, src + (size_t)j * m->D, m->D * sizeof *dst);'
+  mutant image-features-scattered-in-reverse model/model_forward.c \
+    'memcpy(a->x + (size_t)a->img_pos[j] * m->D, img + (size_t)j * m->D, m->D * sizeof *img);' \
+    'memcpy(a->x + (size_t)a->img_pos[j] * m->D, img + (size_t)(M - 1 - j) * m->D, m->D * sizeof *img);'
+  mutant deepstack-after-the-next-text-layer model/model_forward.c \
+    'if (a->deep && l < m->cfg.vis.n_deep) rows_add(a->x + (l + 1) * TD, a->deep[l],' \
+    'if (a->deep && l >= 1 && l - 1 < m->cfg.vis.n_deep) rows_add(a->x + (l + 1) * TD, a->deep[l - 1],'
+  mutant deepstack-from-the-next-vision-block model/vision.c \
+    'if (v->deep_idx[k] == b) return k;' \
+    'if (v->deep_idx[k] + 1 == b) return k;'
+  mutant qwen3-pos-embed-interpolation-axes-swapped model/vision_merge.c \
+    'wt[0] = (1 - dh) * (1 - dw), wt[1] = (1 - dh) * dw, wt[2] = dh * (1 - dw), wt[3] = dh * dw;' \
+    'wt[0] = (1 - dh) * (1 - dw), wt[1] = dh * (1 - dw), wt[2] = (1 - dh) * dw, wt[3] = dh * dw;'
 else
   tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $TEST"; exit 1
 fi
