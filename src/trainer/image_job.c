@@ -323,6 +323,12 @@ int tn_image_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t confi
     if (!j.be) return tn_err("%s: key 'device' (or $TANDEM_DEVICE): %s", cfg->source_path, tn_errmsg());
     int rc = cfg->zero_stage > 0 ? tn_err("%s: ZeRO/FSDP sharding is for language models; an image classifier trains "
                                           "with plain data parallelism (zero_stage 0)", cfg->source_path) : 0;
+    if (rc == 0 && cfg->report_tensorboard)
+        rc = tn_err("%s: key 'report_to': TensorBoard files are not written for image classifiers yet (trainer_log.jsonl "
+                    "and all_results.json are)", cfg->source_path);
+    if (rc == 0 && (cfg->save_steps > 0 || cfg->resume_from_checkpoint[0]))
+        rc = tn_err("%s: key '%s': checkpoints are not written or resumed for image classifiers yet (the model is saved at "
+                    "the end)", cfg->source_path, cfg->save_steps > 0 ? "save_steps" : "resume_from_checkpoint");
     if (rc == 0 && cfg->optim_sgd) rc = parse_sgd_args(cfg, &j.sgd);
     if (rc == 0) rc = load_model(&j);
     if (rc == 0) rc = load_sets(&j, tn_resnet_cfg(j.m)->image_size);

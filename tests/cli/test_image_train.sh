@@ -8,7 +8,8 @@
 #     config.json + model.safetensors, which torchvision's resnet18 loads strictly when python3-torchvision is there;
 #  3. a record with label 10: one line naming the file and record, exit status 1;
 #  4. optim: sgd given to a language model: one line saying so;
-#  5. sync_bn: 2 ranks x 8 = 1 rank x 16 within the bound derived at the check.
+#  5. sync_bn: 2 ranks x 8 = 1 rank x 16 within the bound derived at the check;
+#  6. report_to: tensorboard and save_steps (not there yet for image classifiers): one line each.
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 EX=$TANDEM_TESTS_DIR/../examples
@@ -105,6 +106,14 @@ check 'within 1e-2 "${wn:-0}"'
 "$BIN" train "$EX/demo_addition.yaml" output_dir="$T/lm" optim=sgd max_steps=1 >"$T/lm.log" 2>&1
 rc=$?
 check '[ $rc -eq 1 ] && grep -q "key .optim.: sgd trains image classifiers" "$T/lm.log"'
+
+# 6. what the image job does not do yet is refused in one line, not ignored
+"$BIN" train "$EX/image_demo.yaml" output_dir="$T/tb" report_to=tensorboard >"$T/tb.log" 2>&1
+rc=$?
+check '[ $rc -eq 1 ] && grep -q "key .report_to.: TensorBoard files are not written for image classifiers" "$T/tb.log"'
+"$BIN" train "$EX/image_demo.yaml" output_dir="$T/ck" save_steps=5 >"$T/ck.log" 2>&1
+rc=$?
+check '[ $rc -eq 1 ] && grep -q "key .save_steps.: checkpoints are not written" "$T/ck.log"'
 
 echo "test_image_train: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]
