@@ -18,9 +18,11 @@ typedef struct {
     int OH, OW;             /* output [OC, N, OH, OW]: (H + 2 pad - KH) / stride + 1 */
 } tn_conv_shape;
 
-/* Fills OH, OW; -1 when the kernel does not fit the padded input. */
+#define TN_CONV_MAX_TAPS 256 /* KH x KW */
+/* Fills OH, OW; -1 when the kernel does not fit the padded input (or has more than TN_CONV_MAX_TAPS taps). */
 int tn_conv_shape_finish(tn_conv_shape *s);
-/* Floats of scratch a convolution of shape s needs (its column matrix; 0 for a 1x1, stride 1, pad 0 one). */
+/* Floats of scratch a convolution of shape s needs (its column matrix and two copies of the weights; 0 for a 1x1,
+ * stride 1, pad 0 one). */
 size_t tn_conv_scratch_floats(const tn_conv_shape *s);
 
 /* SyncBatchNorm across data-parallel ranks: sum(ctx, buf, n) replaces buf[0..n) by its sum over the ranks (host

@@ -360,6 +360,9 @@ int main(void) {
     check_conv(2, 4, 5, 5, 3, 3, 1, 1);
     check_conv(3, 4, 5, 7, 6, 1, 2, 0); /* downsample */
     check_conv(2, 5, 3, 4, 3, 1, 1, 0); /* pointwise: no columns */
+    check_conv(3, 4, 1, 1, 5, 3, 1, 1); /* 1x1 map, 3x3 pad 1: only the centre tap is live */
+    check_conv(2, 3, 2, 2, 4, 3, 2, 1); /* 2x2 map, 3x3/2 pad 1: 4 live taps */
+    check_conv(2, 3, 2, 3, 2, 5, 1, 2); /* 2x3 map, 5x5 pad 2: partly dead rows and columns */
     tn_conv_shape bad = {.N = 1, .C = 1, .H = 2, .W = 2, .OC = 1, .KH = 5, .KW = 5, .stride = 1, .pad = 1};
     CHECK(tn_conv_shape_finish(&bad) == -1);
     check_batchnorm();
