@@ -16,6 +16,7 @@
 #include "launch/pernode.h"
 #include "launch/rank_watch.h"
 #include "trainer/job.h"
+#include "trainer/family.h"
 #include "trainer/replica.h"
 
 /* Threads per rank: the launcher's OMP_NUM_THREADS when set, else this machine's cores shared by its ranks. */
@@ -150,7 +151,7 @@ int tn_cmd_train(int argc, char **argv) {
         collective = rc != 0;
     }
     if (rc == 0 && in->rank == 0) tn_train_config_print_notices(&cfg, stdout); /* keys of the Python world */
-    if (rc == 0 && cfg.do_train) rc = tn_job_train(&cfg, comm, cfg_fp);
+    if (rc == 0 && cfg.do_train) rc = tn_family_train(&cfg, comm, cfg_fp); /* the model family's job (family.h) */
     if (rc == 0 && cfg.do_predict) rc = predict_after(&cfg, comm);
     if (rc == -1) {
         if (in->size > 1 && !collective)

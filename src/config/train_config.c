@@ -166,7 +166,10 @@ static const key_def KEYS[] = {
     {"adam_epsilon", NUM(adam_epsilon, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number", NULL},
     {"gradient_checkpointing", BOOL(gradient_checkpointing), 0, 0, "true or false", NULL},
     {"disable_gradient_checkpointing", BOOL(disable_gradient_checkpointing), 0, 0, "true or false", NULL},
-    {"optim", NOFIELD, 0, 0, "adamw_torch (or adamw_torch_fused, adamw_hf: the same AdamW here)", set_optim},
+    {"optim", NOFIELD, 0, 0, "adamw_torch (or adamw_torch_fused, adamw_hf: the same AdamW here), or sgd", set_optim},
+    {"optim_args", STR(optim_args), 0, 0, "comma list of key=value (sgd: momentum, dampening, nesterov)", NULL},
+    {"label_smoothing_factor", NUM(label_smoothing_factor, 0, 1, 0, 1), 0, 0, "a number in [0, 1)", NULL},
+    {"sync_bn", BOOL(sync_bn), 0, 0, "true or false", NULL},
     {"seed", INT(seed, INT_MIN, INT_MAX), 0, 0, "an integer", NULL},
     /* distributed */
     {"max_bad_steps", INT(max_bad_steps, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
@@ -581,12 +584,12 @@ static int set_dashboard(tn_train_config *c, const key_def *k, const char *v, ch
 }
 
 static int set_optim(tn_train_config *c, const key_def *k, const char *v, char *msg) {
-    (void)c;
     char s[64], b[96];
     if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
-    if (strcmp(s, "adamw_torch") && strcmp(s, "adamw_torch_fused") && strcmp(s, "adamw_hf")) {
-        snprintf(msg, MSG_MAX, "key '%s': %s is not supported (tandem's optimizer is torch's AdamW: adamw_torch)",
-                 k->name, shown(s, b, sizeof b));
+    c->optim_sgd = strcmp(s, "sgd") == 0; /* torch.optim.SGD: image classifiers (trainer/image_job.c) */
+    if (!c->optim_sgd && strcmp(s, "adamw_torch") && strcmp(s, "adamw_torch_fused") && strcmp(s, "adamw_hf")) {
+        snprintf(msg, MSG_MAX, "key '%s': %s is not supported (tandem's optimizer is torch's AdamW: adamw_torch; "
+                 "sgd for image classifiers)", k->name, shown(s, b, sizeof b));
         return -1;
     }
     return 0;

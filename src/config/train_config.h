@@ -68,6 +68,10 @@ typedef struct {
     double max_grad_norm;                 /* default 1.0; <= 0 disables clipping */
     double weight_decay;                  /* default 0 (HF) */
     double adam_beta1, adam_beta2, adam_epsilon; /* 0.9, 0.999, 1e-8 (HF) */
+    int optim_sgd;                        /* optim: sgd (image classifiers; else AdamW) */
+    char optim_args[256];                 /* HF optim_args "k=v,...": sgd's momentum, dampening, nesterov */
+    double label_smoothing_factor;        /* HF, default 0 (image classifiers) */
+    int sync_bn;                          /* image classifiers: batch statistics over all ranks (SyncBatchNorm) */
     int gradient_checkpointing;           /* default: on, as LF (off with disable_gradient_checkpointing) */
     int disable_gradient_checkpointing;
     int seed;                             /* default 42 */

@@ -28,9 +28,11 @@ static int load_batch(const char *path, tn_image_set *s) {
     for (int r = 0; r < n; r++) {
         const uint8_t *rec = (const uint8_t *)data + (size_t)r * CIFAR_RECORD;
         int label = rec[0];
-        if (label >= CIFAR_CLASSES) /* the message reads the label before the record's memory is freed */
-            return free(data), tn_err("%s: record %d: label %d is not a CIFAR-10 class (0..9)", path, r, label);
-        s->labels[s->n + r] = rec[0];
+        if (label >= CIFAR_CLASSES) {
+            free(data);
+            return tn_err("%s: record %d: label %d is not a CIFAR-10 class (0..9)", path, r, label);
+        }
+        s->labels[s->n + r] = label;
         memcpy(s->px + (size_t)(s->n + r) * CIFAR_PIXELS, rec + 1, CIFAR_PIXELS);
     }
     s->n += n;

@@ -152,7 +152,7 @@ static void defaults(void) {
     CHECK(tn_train_config_finish(&c) == 0 && c.packing == 1 && c.gradient_checkpointing == 0);
     /* features LLaMA-Factory has and tandem does not: one clear error naming the key */
     const char *unsupported[] = {"stage: dpo\n", "use_dora: true\n", "quantization_bit: 4\n",
-                                 "optim: sgd\n", "neat_packing: true\n"};
+                                 "optim: adafactor\n", "neat_packing: true\n"};
     for (int i = 0; i < 5; i++) {
         char y[256];
         snprintf(y, sizeof y, "model_config: x.json\n%s", unsupported[i]);
@@ -175,6 +175,12 @@ static void defaults(void) {
                strstr(tn_errmsg(), "vl.yaml:2: key 'image_max_pixels'"), "%s", tn_errmsg());
     CHECKF(tn_train_config_parse("model_config: x.json\nuse_audio_in_video: true\n", "vl.yaml", &c) != 0 &&
                strstr(tn_errmsg(), "vl.yaml:2: key 'use_audio_in_video': not supported yet"), "%s", tn_errmsg());
+    /* optim: sgd is read (image classifiers train with it; a language model's job refuses it: test_image_train) */
+    CHECK(tn_train_config_parse("model_config: x.json\noptim: sgd\noptim_args: momentum=0.9\nlabel_smoothing_factor: 0.1\n",
+                                "s.yaml", &c) == 0 && c.optim_sgd == 1 && strcmp(c.optim_args, "momentum=0.9") == 0 &&
+          c.label_smoothing_factor == 0.1);
+    CHECK(tn_train_config_parse("model_config: x.json\nlabel_smoothing_factor: 1.5\n", "s.yaml", &c) != 0 &&
+          strstr(tn_errmsg(), "label_smoothing_factor"));
     CHECK(tn_train_config_parse("model_config: x.json\ndo_train: false\n", "t.yaml", &c) == 0);
     CHECK(tn_train_config_finish(&c) != 0 && strstr(tn_errmsg(), "do_train"));
     /* do_predict without do_train predicts only (LF's default do_train is false); it needs predict_with_generate and
