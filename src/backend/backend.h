@@ -129,6 +129,10 @@ struct tn_backend {
      * own included (the caller stored them first). out [T, H*hd]. */
     void (*attention_cached)(float *out, const float *q, int ldq, const float *const *k, const float *const *v,
                              const int32_t *pos, int T, int H, int KV, int hd);
+
+    /* ---- image classification (backend/image_kernels.h). NULL in a backend without them: model/resnet.c refuses
+     * there in one line. */
+    const struct tn_image_kernels *image;
 };
 
 const tn_backend *tn_backend_cpu(void);
@@ -147,6 +151,8 @@ int tn_backend_have_cuda(void);
 int tn_backend_gpu_count(void);
 /* PCI bus id of the GPU that CUDA device `ordinal` is (tn_backend_select's local_rank mod count); -1 when none. */
 int tn_backend_gpu_bus_id(int ordinal, char *buf, int len);
+/* Bytes of memory of CUDA device `ordinal`; 0 when none. */
+double tn_backend_gpu_memory(int ordinal);
 /* Collective over c's ranks: attaches be's device memory to the comm layer (comm.h tn_comm_attach_device; a CPU
  * backend attaches none) so gradients and parameters can be exchanged from it. note: which path carries them. */
 struct tn_comm;

@@ -35,6 +35,15 @@ int tn_backend_gpu_bus_id(int ordinal, char *buf, int len) {
 #endif
 }
 
+double tn_backend_gpu_memory(int ordinal) {
+#ifdef TANDEM_HAVE_CUDA
+    return tn_cuda_memory_bytes(ordinal);
+#else
+    (void)ordinal;
+    return 0;
+#endif
+}
+
 const tn_backend *tn_backend_select(const char *device, int bf16, int local_rank) {
     int want_cuda = strcmp(device, "cuda") == 0, want_cpu = strcmp(device, "cpu") == 0;
     if (!want_cuda && !want_cpu && strcmp(device, "auto") != 0) {
@@ -63,7 +72,9 @@ int tn_backend_attach_comm(const tn_backend *be, tn_comm *c, char *note, size_t 
 #ifdef TANDEM_HAVE_CUDA
     if (strcmp(be->name, "cuda") == 0) {
         tn_comm_device d = {.name = "cuda", .owns = tn_cuda_owns, .to_host = tn_cuda_to_host,
-                            .to_device = tn_cuda_to_device, .queue = tn_cuda_stream(), .device = tn_cuda_device()};
+                            .to_device = tn_cuda_to_device, .queue = tn_cuda_stream(), .device = tn_cuda_device(),
+                            .written = tn_cuda_device_written};
+        if (tn_cuda_pci_bus_id(d.device, d.bus_id, (int)sizeof d.bus_id) != 0) d.bus_id[0] = 0; /* ordinal only */
         return tn_comm_attach_device(c, &d, note, note_size);
     }
 #endif

@@ -437,6 +437,7 @@ static const tn_backend cpu_backend = {
     .linear_rows = tn_cpu_linear_rows,
     .rope_at = tn_cpu_rope_at,
     .attention_cached = tn_cpu_attention_cached,
+    .image = &tn_cpu_image_table,
 };
 
 const tn_backend *tn_backend_cpu(void) { return &cpu_backend; }

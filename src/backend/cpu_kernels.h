@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/image_kernels.h"
+
 void tn_cpu_matmul(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                    int ldb, float beta, float *C, int ldc);
 void tn_cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int S, int H, int KV, int hd,
@@ -18,6 +20,11 @@ void tn_cpu_rope_at(float *x, int T, int nheads, int hd, int ld, const int32_t *
                     const float *sin);
 void tn_cpu_attention_cached(float *out, const float *q, int ldq, const float *const *k, const float *const *v,
                              const int32_t *pos, int T, int H, int KV, int hd);
+/* convolution (cpu_conv.c): see image_kernels.h */
+void tn_cpu_conv2d_forward(float *y, const float *x, const float *w, const tn_conv_shape *s, float *scratch);
+void tn_cpu_conv2d_backward(float *dx, int accumulate_dx, float *dw, const float *dy, const float *x, const float *w,
+                            const tn_conv_shape *s, float *scratch);
+extern const tn_image_kernels tn_cpu_image_table; /* cpu_image.c */
 /* Per-OpenMP-thread scratch of at least n floats (grown on demand, kept for the process lifetime). */
 float *tn_cpu_thread_scratch(int slot, size_t n);
 

@@ -103,6 +103,11 @@ int tn_cmd_init_model(int argc, char **argv) {
     if (m) {
         tn_model_init_random(m, (uint64_t)seed);
         rc = tn_model_save_hf(m, out, (size_t)5 << 30);
+        if (rc == 0 && mc.vis.kind != TN_VL_NONE) { /* a VL model folder needs its image processor's settings */
+            char *pp = tn_path_join(out, "preprocessor_config.json");
+            rc = tn_vl_write_preprocessor_config(&mc, pp);
+            free(pp);
+        }
         int copied = rc == 0 && tokdir ? tn_model_copy_tokenizer_files(tokdir, out) : 1;
         if (copied < 0) rc = -1; /* tn_err names the file and why */
         else if (copied == 0)

@@ -16,6 +16,7 @@
 #include "launch/pernode.h"
 #include "launch/rank_watch.h"
 #include "trainer/job.h"
+#include "trainer/family.h"
 #include "trainer/replica.h"
 
 /* Threads per rank: the launcher's OMP_NUM_THREADS when set, else this machine's cores shared by its ranks. */
@@ -58,7 +59,7 @@ static int pick_zero_stage(tn_train_config *cfg, int ds_stage) {
 }
 
 /* The YAML, its overrides, and the DeepSpeed JSON it names (its notes join the YAML's). */
-static int load_config(int argc, char **argv, int world, tn_train_config *cfg) {
+int tn_cli_load_train_config(int argc, char **argv, int world, tn_train_config *cfg) {
     int rc = tn_train_config_load(argv[0], cfg);
     for (int i = 1; i < argc && rc == 0; i++) {
         if (!strchr(argv[i], '=')) return tn_err("command line: '%s' is not key=value", argv[i]);
@@ -133,7 +134,7 @@ int tn_cmd_train(int argc, char **argv) {
     const tn_comm_info *in = tn_comm_get_info(comm);
     set_threads(in);
     static tn_train_config cfg;
-    int rc = load_config(argc, argv, in->size, &cfg);
+    int rc = tn_cli_load_train_config(argc, argv, in->size, &cfg);
     if (rc == 0) rc = tn_train_config_check_model_paths(&cfg);
     /* a config error is the same on every rank: rank 0 reports it; the fingerprint check comes after, so
      * a rank with a different file is named by it */
@@ -150,7 +151,7 @@ int tn_cmd_train(int argc, char **argv) {
         collective = rc != 0;
     }
     if (rc == 0 && in->rank == 0) tn_train_config_print_notices(&cfg, stdout); /* keys of the Python world */
-    if (rc == 0 && cfg.do_train) rc = tn_job_train(&cfg, comm, cfg_fp);
+    if (rc == 0 && cfg.do_train) rc = tn_family_train(&cfg, comm, cfg_fp); /* the model family's job (family.h) */
     if (rc == 0 && cfg.do_predict) rc = predict_after(&cfg, comm);
     if (rc == -1) {
         if (in->size > 1 && !collective)

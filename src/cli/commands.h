@@ -2,6 +2,8 @@
 #ifndef TN_COMMANDS_H
 #define TN_COMMANDS_H
 
+#include "config/train_config.h"
+
 int tn_cmd_train(int argc, char **argv);
 int tn_cmd_bench(int argc, char **argv);
 int tn_cmd_bench_allreduce(int argc, char **argv); /* `tandem bench allreduce` */
@@ -21,5 +23,8 @@ int tn_cmd_export(int argc, char **argv);
 int tn_cmd_init_model(int argc, char **argv);
 int tn_cmd_chat(int argc, char **argv);
 int tn_cmd_generate(int argc, char **argv);
+int tn_cmd_plan(int argc, char **argv); /* `tandem plan CONFIG.yaml ...` (cmd_plan.c) */
+/* CONFIG.yaml [key=value ...] and the DeepSpeed JSON it names, for `world` ranks (cmd_train.c). 0, or -1 + tn_err. */
+int tn_cli_load_train_config(int argc, char **argv, int world, tn_train_config *cfg);
 
 #endif

@@ -43,7 +43,9 @@ static const page PAGES[] = {
      "  --help, -h            this page\n"
      CONFIG_ARGS
      "environment, one command per machine as with torchrun: NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT,\n"
-     "  NPROC_PER_NODE, FORCE_TORCHRUN=1 (tandem train too), TANDEM_RDZV_TIMEOUT (seconds node 0 waits)\n"},
+     "  NPROC_PER_NODE, FORCE_TORCHRUN=1 (tandem train too), TANDEM_RDZV_TIMEOUT (seconds node 0 waits); RANK for\n"
+     "  NODE_RANK when that is unset (older LLaMA-Factory); CUDA_VISIBLE_DEVICES (k devices: k ranks when\n"
+     "  NPROC_PER_NODE is unset); NCCL_SOCKET_IFNAME (also MPI's TCP interfaces); NCCL_DEBUG=INFO (communication log)\n"},
     {"env", NULL, "env [--hostfile FILE]",
      "what llamafactory-cli env and ds_report print: versions, BLAS kernel, CPU, memory, NUMA, MPI, CUDA; with\n"
      "several machines (--hostfile, or NNODES per node) one column each, differences marked",
@@ -54,6 +56,23 @@ static const page PAGES[] = {
      "where tandem puts each local rank (its GPU, its cores); one line when there is no GPU or NVIDIA driver",
      "  --ranks N       the placement of N local ranks (tandem launch -n N; default: one per visible GPU)\n"
      "  --help, -h      this page\n"},
+    {"plan", NULL, "plan CONFIG.yaml [key=value ...] (--hostfile FILE | --machines M [--ranks-per-machine R]) "
+                   "[--link RATE] [--local RATE] [--compute TFLOP/s | --step-time S] [--memory GB] [--seq S] [--json]",
+     "before a run: step time, tokens/s, memory per rank and link bytes of ddp, compressed ddp, ZeRO 1-3 and DiLoCo\n"
+     "for the config's model and batch on these machines, and which to use (exit 2: none fits)",
+     "  --hostfile FILE        the machines (HOST slots=N); the link as bench allreduce measured it between them\n"
+     "  --machines M           M machines instead of a hostfile (default 1)\n"
+     "  --ranks-per-machine R  ranks on each (default: the hostfile's slots, else 1)\n"
+     "  --link RATE            each machine's link: 100mbit, 1gbit, 10gbit, or bytes/s\n"
+     "  --latency-ms X         per message on that link (default 0.1)\n"
+     "  --local RATE           reductions inside a machine (default 5e9 bytes/s: shared memory; GPUs: NVLink's)\n"
+     "  --compute TFLOP/s      one rank's sustained rate, for hardware that is not here (default: measure one\n"
+     "                         rank's step on this machine with bench train)\n"
+     "  --step-time S          one rank's step in seconds, as measured elsewhere\n"
+     "  --memory GB            memory one rank may use (default: this machine's, shared by its ranks)\n"
+     "  --seq S                tokens a sequence (default cutoff_len; the data's mean length is closer)\n"
+     "  --json                 one JSON line per strategy\n"
+     "  --help, -h             this page\n"},
     {"dashboard", NULL, "dashboard DIR [DIR...] [--host HOST] [--port PORT]",
      "serve the web page of finished or running runs' output folders (trainer_log.jsonl, tandem_ranks.jsonl),\n"
      "their curves overlaid, as TensorBoard does with several runs; Ctrl-C stops it",

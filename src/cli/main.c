@@ -50,7 +50,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "env") == 0) return tn_cmd_env(argc - 2, argv + 2);
     if (strcmp(cmd, "topo") == 0) return tn_cmd_topo(argc - 2, argv + 2);
     if (strcmp(cmd, "dashboard") == 0) return tn_cmd_dashboard(argc - 2, argv + 2);
+    if (strcmp(cmd, "plan") == 0) return tn_cmd_plan(argc - 2, argv + 2);
     fprintf(stderr, "tandem: error: unknown command '%s' (expected train, launch, chat, generate, api, export, init-model, "
-                    "tokenize, compare, env, topo, dashboard, bench, help or version; see tandem --help)\n", cmd);
+                    "tokenize, compare, env, topo, dashboard, plan, bench, help or version; see tandem --help)\n", cmd);
     return 1;
 }

@@ -95,6 +95,11 @@ int tn_infer_prompt(const tn_infer *s, const char *system, const char *const *tu
     return lf_chat_prompt(s->chat, system ? system : s->cfg->default_system, turns, n, out);
 }
 
+int tn_infer_prompt_mm(const tn_infer *s, const char *system, const char *const *turns, int n, const int *img_tokens,
+                       int n_img, tn_ids *out) {
+    return lf_chat_prompt_mm(s->chat, system ? system : s->cfg->default_system, turns, n, img_tokens, n_img, out);
+}
+
 /* length of s[0..n) without a trailing U+FFFD (what a character cut between tokens decodes to for now) */
 static size_t settled(const char *s, size_t n) {
     while (n >= 3 && (unsigned char)s[n - 3] == 0xEF && (unsigned char)s[n - 2] == 0xBF && (unsigned char)s[n - 1] == 0xBD)

@@ -7,6 +7,8 @@ void tn_model_merge_lora(tn_model *m) {
     if (!m->lora.r) return;
     const tn_backend *be = m->be;
     const int D = m->D, I = m->I, q = m->H * m->hd, kv = m->KV * m->hd, r = m->lora.r;
+    if (m->lora_emb.A) /* PEFT's embedding delta (B A)^T: E[V, D] += scale * A^T[V, r] B^T[r, D] */
+        be->matmul(0, 1, m->V, D, r, m->lora_scale, m->lora_emb.A, r, m->lora_emb.B, r, 1.0f, m->embed, D);
     for (int l = 0; l < m->L; l++) {
         tn_layer_tensors *w = &m->w[l];
         struct {
@@ -31,6 +33,7 @@ void tn_model_merge_lora(tn_model *m) {
 
 void tn_model_fold_lora(tn_model *m) {
     tn_model_merge_lora(m);
+    m->lora_emb.A = m->lora_emb.B = NULL;
     for (int l = 0; l < m->L; l++)
         for (int k = 0; k < TN_LT_COUNT; k++) m->w[l].lora[k].A = m->w[l].lora[k].B = NULL;
 }

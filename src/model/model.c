@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "model/vision.h"
 
 const char *const tn_lora_target_names[TN_LT_COUNT] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                         "gate_proj", "up_proj", "down_proj"};
@@ -22,12 +23,16 @@ int tn_lora_parse_targets(const char *list, unsigned *mask) {
             *mask = (1u << TN_LT_COUNT) - 1;
             continue;
         }
+        if (strcmp(tok, "embed_tokens") == 0) {
+            *mask |= TN_LORA_EMBED;
+            continue;
+        }
         int found = -1;
         for (int t = 0; t < TN_LT_COUNT; t++)
             if (strcmp(tok, tn_lora_target_names[t]) == 0) found = t;
         if (found < 0) {
             tn_err("lora_target: '%s' is not a projection of this model (expected all or q_proj, k_proj, v_proj, "
-                   "o_proj, gate_proj, up_proj, down_proj)", tok);
+                   "o_proj, gate_proj, up_proj, down_proj, embed_tokens)", tok);
             free(copy);
             return -1;
         }
@@ -85,12 +90,31 @@ static void add_param(layout_builder *lb, int trainable, int ndim, int64_t d0, i
     lb->offset += p->numel;
 }
 
+static void add_vision_param(void *ctx, int trainable, int ndim, int64_t d0, int64_t d1, const char *name) {
+    layout_builder *lb = ctx;
+    int before = lb->m->n_params;
+    add_param(lb, trainable, ndim, d0, d1, "%s", name);
+    const tn_vision_config *v = &lb->m->cfg.vis;
+    if (lb->m->n_params > before && strcmp(name, "model.visual.patch_embed.proj.weight") == 0) {
+        tn_param *p = &lb->m->params[before]; /* a Conv3d kernel in the checkpoint */
+        p->file_ndim = 5;
+        int64_t fs[5] = {d0, v->in_ch, v->tpatch, v->patch, v->patch};
+        memcpy(p->file_shape, fs, sizeof fs);
+    }
+}
+
 /* One pass over every tensor in slab order; only those whose trainability matches pass_trainable land. */
 static void layout_pass(layout_builder *lb) {
     tn_model *m = lb->m;
     const tn_model_config *c = &m->cfg;
-    int full = m->lora.r == 0, q = m->H * m->hd, kv = m->KV * m->hd;
-    if (!full) {
+    int lm_train = m->lora.r == 0 && !(m->lora.freeze & TN_FREEZE_LM), q = m->H * m->hd, kv = m->KV * m->hd;
+    int full = lm_train;
+    if (m->lora.r) {
+        if (m->lora.targets & TN_LORA_EMBED) { /* group -1, before the layers' adapters */
+            add_param(lb, 1, 2, m->V, m->lora.r, "model.embed_tokens.lora_embedding_A");
+            if (lb->pass_trainable) lb->m->params[lb->m->n_params - 1].file_transposed = 1;
+            add_param(lb, 1, 2, m->D, m->lora.r, "model.embed_tokens.lora_embedding_B");
+        }
         for (int l = 0; l < m->L; l++)
             for (int t = 0; t < TN_LT_COUNT; t++) {
                 if (!(m->lora.targets & (1u << t))) continue;
@@ -102,6 +126,8 @@ static void layout_pass(layout_builder *lb) {
             }
     }
     add_param(lb, full, 2, m->V, m->D, "model.embed_tokens.weight");
+    if (c->vis.kind != TN_VL_NONE) /* group -1 with the embedding: their gradients are final at the end */
+        tn_vision_layout(m, m->lora.freeze, m->lora.r == 0, add_vision_param, lb);
     for (int l = 0; l < m->L; l++) {
         add_param(lb, full, 1, m->D, 0, "model.layers.%d.input_layernorm.weight", l);
         add_param(lb, full, 2, q, m->D, "model.layers.%d.self_attn.q_proj.weight", l);
@@ -172,7 +198,8 @@ static void bind_tensors(tn_model *m, float *slab, tn_layer_tensors *lt, int gra
 static int param_group(const tn_model *m, const char *name) {
     int l;
     if (sscanf(name, "model.layers.%d.", &l) == 1) return l;
-    return strcmp(name, "model.embed_tokens.weight") == 0 ? -1 : m->L;
+    if (strncmp(name, "model.visual.", 13) == 0 || strncmp(name, "model.embed_tokens.", 19) == 0) return -1;
+    return m->L;
 }
 
 static void compute_frontiers(tn_model *m) {
@@ -199,9 +226,14 @@ size_t tn_model_grad_frontier(const tn_model *m, int g) {
 }
 
 tn_model *tn_model_create(const tn_model_config *cfg, const tn_lora_config *lora, const tn_backend *be) {
+    /* the vision tower's loops run on host memory: its GPU kernels come when they can be checked on a GPU */
+    if (cfg->vis.kind != TN_VL_NONE && be != tn_backend_cpu())
+        tn_die("model_type %s (vision-language) runs on the CPU backend only for now (the %s backend was chosen): "
+               "set device: cpu (or TANDEM_DEVICE=cpu, --device cpu)", cfg->model_type, be->name ? be->name : "?");
     tn_model *m = tn_xcalloc(1, sizeof *m);
     m->cfg = *cfg;
     if (lora && lora->r > 0) m->lora = *lora;
+    if (lora) m->lora.freeze = lora->freeze; /* full fine-tuning of a VL model may freeze parts */
     m->be = be;
     m->D = cfg->hidden_size, m->I = cfg->intermediate_size, m->H = cfg->num_attention_heads;
     m->KV = cfg->num_key_value_heads, m->hd = cfg->head_dim, m->V = cfg->vocab_size, m->L = cfg->num_hidden_layers;
@@ -231,8 +263,27 @@ tn_model *tn_model_create(const tn_model_config *cfg, const tn_lora_config *lora
     m->d_embed = param_ptr(m, m->grad, "model.embed_tokens.weight", 0, 1);
     m->d_norm = param_ptr(m, m->grad, "model.norm.weight", 0, 1);
     m->d_lm_head = cfg->tie_word_embeddings ? m->d_embed : param_ptr(m, m->grad, "lm_head.weight", 0, 1);
+    m->lora_emb.A = param_ptr(m, m->slab, "model.embed_tokens.lora_embedding_A", 0, 0);
+    m->lora_emb.B = param_ptr(m, m->slab, "model.embed_tokens.lora_embedding_B", 0, 0);
+    m->d_lora_emb.A = param_ptr(m, m->grad, "model.embed_tokens.lora_embedding_A", 0, 1);
+    m->d_lora_emb.B = param_ptr(m, m->grad, "model.embed_tokens.lora_embedding_B", 0, 1);
+    if (cfg->vis.kind != TN_VL_NONE) {
+        m->vw = tn_xcalloc(1, sizeof *m->vw);
+        m->dvw = tn_xcalloc(1, sizeof *m->dvw);
+        tn_vision_bind(m, m->vw, m->slab, 0);
+        tn_vision_bind(m, m->dvw, m->grad, 1);
+    }
     compute_frontiers(m);
     return m;
+}
+
+const char *tn_model_file_name(const tn_model *m, const char *name, char *buf, size_t n) {
+    int vis = strncmp(name, "model.visual.", 13) == 0;
+    if (m->cfg.vis.kind == TN_VL_NONE || strncmp(name, "model.", 6) != 0) snprintf(buf, n, "%s", name);
+    else if (m->vl_legacy_names) snprintf(buf, n, "%s", vis ? name + 6 : name); /* visual.*, model.layers.* */
+    else if (vis) snprintf(buf, n, "%s", name);
+    else snprintf(buf, n, "model.language_model.%s", name + 6);
+    return buf;
 }
 
 void tn_model_free(tn_model *m) {
@@ -243,6 +294,8 @@ void tn_model_free(tn_model *m) {
     free(m->dw);
     free(m->params);
     free(m->frontier);
+    tn_vision_tensors_free(m->vw);
+    tn_vision_tensors_free(m->dvw);
     free(m);
 }
 
@@ -270,8 +323,12 @@ void tn_model_init_random(tn_model *m, uint64_t seed) {
             cap = p->numel;
             host = tn_xrealloc(host, cap * sizeof *host);
         }
-        if (ends_with(p->name, "norm.weight")) {
+        if (ends_with(p->name, "norm.weight") || ends_with(p->name, "norm1.weight") ||
+            ends_with(p->name, "norm2.weight") || ends_with(p->name, "ln_q.weight")) {
             for (size_t j = 0; j < p->numel; j++) host[j] = 1.0f;
+        } else if (strstr(p->name, ".lora_embedding_")) { /* PEFT: A zeros, B N(0, 1) */
+            int is_b = strstr(p->name, "lora_embedding_B") != NULL;
+            for (size_t j = 0; j < p->numel; j++) host[j] = is_b ? (float)tn_rng_normal(&rng) : 0.0f;
         } else if (ends_with(p->name, ".bias") || strstr(p->name, ".lora_B.")) {
             memset(host, 0, p->numel * sizeof *host);
         } else if (strstr(p->name, ".lora_A.")) {

@@ -19,12 +19,16 @@
 
 enum { TN_LT_Q, TN_LT_K, TN_LT_V, TN_LT_O, TN_LT_GATE, TN_LT_UP, TN_LT_DOWN, TN_LT_COUNT };
 extern const char *const tn_lora_target_names[TN_LT_COUNT]; /* "q_proj", ... "down_proj" */
+/* lora_target embed_tokens: a PEFT embedding adapter (lora_embedding_A [r, V], lora_embedding_B [D, r]; A starts at
+ * zero, B at N(0, 1); y = E[id] + (alpha / r) B A[:, id]; no dropout), in bit TN_LORA_EMBED of the target mask */
+#define TN_LORA_EMBED (1u << TN_LT_COUNT)
 
 typedef struct {
     int r;              /* 0 = no LoRA (full fine-tuning) */
     double alpha;       /* scale = alpha / r */
     double dropout;
-    unsigned targets;   /* bit (1 << TN_LT_*) per adapted projection */
+    unsigned targets;   /* bit (1 << TN_LT_*) per adapted projection, TN_LORA_EMBED for embed_tokens */
+    unsigned freeze;    /* VL models, full fine-tuning: TN_FREEZE_* parts kept frozen (model/vision.h) */
 } tn_lora_config;
 
 /* Parse "all" or "q_proj,v_proj,..." into a target mask; -1 with tn_err on an unknown name. */
@@ -38,6 +42,9 @@ typedef struct {
     size_t numel;
     int trainable;
     int decay;          /* AdamW weight decay applies (ndim >= 2) */
+    int file_transposed; /* stored [d1, d0] in checkpoints (PEFT's lora_embedding_A [r, V] is held as [V, r]) */
+    int file_ndim;      /* > 0: the checkpoint's shape differs (Qwen VL patch_embed [E, C, T, p, p] held as [E, P]) */
+    int64_t file_shape[5];
 } tn_param;
 
 typedef struct {
@@ -50,7 +57,7 @@ typedef struct {        /* pointers into a slab; NULL where absent (or frozen, f
     tn_lora_pair lora[TN_LT_COUNT];
 } tn_layer_tensors;
 
-typedef struct {
+typedef struct tn_model {
     tn_model_config cfg;
     tn_lora_config lora;
     const tn_backend *be;
@@ -66,7 +73,11 @@ typedef struct {
 
     float *embed, *norm, *lm_head;       /* lm_head == embed when tied */
     float *d_embed, *d_norm, *d_lm_head; /* NULL when frozen */
+    tn_lora_pair lora_emb, d_lora_emb;   /* embed_tokens LoRA: A held transposed [V, r] (a row per token), B [D, r] */
     tn_layer_tensors *w, *dw;            /* per layer */
+    struct tn_vision_tensors *vw, *dvw;  /* VL models: the vision tower (model/vision.h); NULL otherwise */
+    int vl_legacy_names;                 /* VL: checkpoint names model.layers.* / visual.* (else model.language_model.*,
+                                          * model.visual.*); set by tn_model_load_hf, used by every save */
 
     /* Backward calls grad_ready(ctx, from) each time the gradients [from, n_trainable) are final (after
      * the lm_head/final norm, after each layer, after the embedding): the data-parallel trainer launches
@@ -93,6 +104,9 @@ void tn_model_group_range(const tn_model *m, int g, size_t *lo, size_t *hi);
 tn_model *tn_model_create(const tn_model_config *cfg, const tn_lora_config *lora, const tn_backend *be);
 void tn_model_free(tn_model *m);
 const tn_param *tn_model_find(const tn_model *m, const char *name);
+/* A tensor's name in the model's checkpoints: internal names are the text models' (model.layers.*, and
+ * model.visual.* for a vision tower); a VL model maps them to its naming (vl_legacy_names). Returns buf. */
+const char *tn_model_file_name(const tn_model *m, const char *name, char *buf, size_t n);
 
 /* HF init: linear/embedding N(0, initializer_range), norms 1, biases 0; LoRA A kaiming-uniform(a=sqrt 5),
  * B zeros (PEFT). Deterministic in seed. */
@@ -130,6 +144,11 @@ size_t tn_acts_bytes(const tn_acts *a);
  * next forward on this workspace returns; NULL or n_images 0: text only. A model that takes no images refuses
  * a batch that has some: -1 and one line in err. */
 int tn_acts_set_images(tn_acts *a, const tn_mm_batch *mm, char *err, size_t errlen);
+
+/* After a forward of a VL model: "inputs_embeds" [T, D] (embeddings with image features), or the vision tower's
+ * "patch_embeds", "pos_embeds", "vision_blocks_out" [N, E], "image_embeds", "deepstack.K" [M, D]; NULL when absent
+ * (tests). */
+const float *tn_acts_intermediate(const tn_acts *a, const char *name, int *rows, int *cols);
 
 /* Forward + cross-entropy + backward for one micro-batch [B, S] (HF label convention: position t is
  * scored against labels[t + 1]; -100 ignored). Gradients are ACCUMULATED into m->grad, scaled by

@@ -19,12 +19,14 @@ enum { MC_LLAMA, MC_QWEN2, MC_MISTRAL, MC_QWEN3, MC_NTYPES };
 static const char *const k_types[MC_NTYPES] = {"llama", "qwen2", "mistral", "qwen3"};
 static const char *const k_archs[MC_NTYPES] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM",
                                                "Qwen3ForCausalLM"};
-#define MC_ACCEPTED "llama, qwen2, qwen3, mistral"
+#define MC_ACCEPTED "llama, qwen2, qwen3, mistral, qwen2_vl, qwen2_5_vl, qwen3_vl"
 
+/* The text decoder's kind; a VL model_type maps to its decoder's (Qwen2-VL/2.5-VL: qwen2, Qwen3-VL: qwen3). */
 static int type_index(const char *t) {
     for (int i = 0; i < MC_NTYPES; i++)
         if (strcmp(t, k_types[i]) == 0) return i;
-    return -1;
+    int vl = tn_vl_kind(t);
+    return vl == TN_VL_NONE ? -1 : vl == TN_VL_QWEN3 ? MC_QWEN3 : MC_QWEN2;
 }
 
 /* Control characters of a quoted string become '?': an error stays one line whatever the file holds. */
@@ -161,7 +163,8 @@ static int reject_unsupported(const cJSON *root, const char *path, const tn_mode
     if (strcmp(act, "silu") != 0)
         return tn_err("%s: key 'hidden_act': \"%s\" is not supported (only \"silu\")", path, mask_controls(act));
     const cJSON *j = get(root, "rope_scaling");
-    if (j) return tn_err("%s: key 'rope_scaling' is not supported (must be null or absent), got %s", path, describe(j, b));
+    if (j && c->vis.kind == TN_VL_NONE)
+        return tn_err("%s: key 'rope_scaling' is not supported (must be null or absent), got %s", path, describe(j, b));
     int flag = 0;
     if (get_bool(root, "mlp_bias", path, &flag) != 0) return -1;
     if (flag) return tn_err("%s: key 'mlp_bias': true is not supported", path);
@@ -179,6 +182,15 @@ static int reject_unsupported(const cJSON *root, const char *path, const tn_mode
     return 0;
 }
 
+/* The text settings of a VL config (text: text_config or the top level); root's keys fill what text lacks. */
+static int parse_vl_text(const cJSON *text, const cJSON *root, const char *path, tn_model_config *c) {
+    if (parse_sizes(text, path, c) || parse_scalars(text, path, c) || reject_unsupported(text, path, c)) return -1;
+    if (!get(text, "tie_word_embeddings") && get_bool(root, "tie_word_embeddings", path, &c->tie_word_embeddings))
+        return -1;
+    if (c->vis.kind != TN_VL_QWEN3) c->head_dim = 0; /* Qwen2(.5)-VL ignore head_dim: hidden / heads */
+    return 0;
+}
+
 int tn_model_config_parse(const char *json_text, const char *path, tn_model_config *c) {
     memset(c, 0, sizeof *c);
     const char *end = NULL;
@@ -188,8 +200,11 @@ int tn_model_config_parse(const char *json_text, const char *path, tn_model_conf
         rc = tn_err("%s: not valid JSON (at byte %zu)", path, end ? (size_t)(end - json_text) : 0);
     else if (!cJSON_IsObject(root))
         rc = tn_err("%s: not a JSON object", path);
-    else if (parse_model_type(root, path, c) || parse_sizes(root, path, c) || parse_scalars(root, path, c) ||
-             reject_unsupported(root, path, c))
+    else if (parse_model_type(root, path, c))
+        rc = -1;
+    else if (tn_vl_kind(c->model_type) != TN_VL_NONE)
+        rc = tn_vl_config_parse(root, path, c, parse_vl_text) ? -1 : tn_model_config_finish(c, path);
+    else if (parse_sizes(root, path, c) || parse_scalars(root, path, c) || reject_unsupported(root, path, c))
         rc = -1;
     else
         rc = tn_model_config_finish(c, path);
@@ -261,7 +276,7 @@ int tn_model_config_finish(tn_model_config *c, const char *path) {
     c->qkv_bias = type == MC_QWEN2 ? 1 : c->attention_bias != 0; /* Qwen2 always has q/k/v biases, never an o bias */
     c->o_bias = type == MC_QWEN2 ? 0 : c->attention_bias != 0;
     c->qk_norm = type == MC_QWEN3;
-    return 0;
+    return tn_vl_config_check(c, path);
 }
 
 /* ---- writing ---- */
@@ -309,6 +324,10 @@ static void put_bool(FILE *o, const char *key, int v) {
 }
 
 static void put_body(FILE *o, const tn_model_config *c, int type) {
+    if (c->vis.kind != TN_VL_NONE) {
+        tn_vl_config_write(o, c);
+        return;
+    }
     fprintf(o, "{\n  \"architectures\": [\n    \"%s\"\n  ]", k_archs[type]);
     put_key(o, "model_type");
     put_string(o, c->model_type);

@@ -13,6 +13,7 @@
 
 #include "core/core.h"
 #include "model/model.h"
+#include "model/vision.h"
 
 typedef struct {
     float *xn1, *rstd1;  /* [T, D], [T]  input_layernorm output and 1/rms */
@@ -44,6 +45,7 @@ struct tn_acts {
     float *datt;         /* [T, H hd] */
     float *dgu;          /* [T, 2I] */
     float *dla;          /* [T, r] */
+    float *la_emb;       /* [T, r]       embed_tokens LoRA: A^T rows of the tokens */
     float *drop_x, *drop_dx; /* [T, max(D, I, H hd)] LoRA dropout input and its gradient */
     float *logits;       /* [TC, V] */
     float *rope_cos, *rope_sin; /* [S, hd/2] */
@@ -53,7 +55,15 @@ struct tn_acts {
     int n_scored;
     int32_t *host_targets, *host_scored; /* [T] host staging */
     int takes_images;          /* the model has a vision tower */
+    const tn_model *vis_model; /* that model (for checking image batches) */
     const tn_mm_batch *mm;     /* images of the next forward (borrowed), NULL: text only */
+    /* VL models: rotary tables are per token ([T, hd/2], multimodal positions), images enter after the embedding */
+    int32_t *pos3;             /* [3, T] t/h/w positions (get_rope_index) */
+    int32_t *img_pos;          /* [T] token positions of the <|image_pad|> tokens, batch-row order */
+    int n_img;                 /* how many (= merged image tokens of the batch) */
+    tn_vision_acts *va;
+    float **deep;              /* deepstack features [n_deep][n_img, D] (vision workspace), NULL: none */
+    float *dimg, *ddeep;       /* [n_img, D], [n_deep, n_img, D] gradients gathered in backward */
 };
 
 /* ---------------------------------------------------------------- workspace */
@@ -101,12 +111,14 @@ static void carve(const tn_model *m, tn_acts *a, float *base) {
     a->datt = take(&cur, T * m->H * m->hd);
     a->dgu = take(&cur, T * 2 * m->I);
     a->dla = m->lora.r ? take(&cur, T * m->lora.r) : NULL;
+    a->la_emb = (m->lora.targets & TN_LORA_EMBED) ? take(&cur, T * m->lora.r) : NULL;
     a->drop_x = m->lora.dropout > 0 ? take(&cur, T * widest) : NULL;
     a->drop_dx = m->lora.dropout > 0 ? take(&cur, T * widest) : NULL;
     a->logits = take(&cur, (size_t)a->TC * m->V);
     a->xs = take(&cur, (size_t)a->TC * m->D);
-    a->rope_cos = take(&cur, (size_t)a->S * m->hd / 2);
-    a->rope_sin = take(&cur, (size_t)a->S * m->hd / 2);
+    size_t rope_rows = m->cfg.vis.kind != TN_VL_NONE ? T : (size_t)a->S; /* VL: one table row per token */
+    a->rope_cos = take(&cur, rope_rows * m->hd / 2);
+    a->rope_sin = take(&cur, rope_rows * m->hd / 2);
     a->n_floats = (size_t)(cur - base);
 }
 
@@ -146,7 +158,15 @@ tn_acts *tn_acts_create(const tn_model *m, int B, int S, int checkpointing) {
     a->scored = m->be->alloc_i32((size_t)a->T);
     a->host_targets = tn_xcalloc((size_t)a->T, sizeof *a->host_targets);
     a->host_scored = tn_xcalloc((size_t)a->T, sizeof *a->host_scored);
-    fill_rope(m, a);
+    if (m->cfg.vis.kind != TN_VL_NONE) {
+        a->takes_images = 1;
+        a->vis_model = m;
+        a->pos3 = tn_xcalloc((size_t)3 * a->T, sizeof *a->pos3);
+        a->img_pos = tn_xcalloc((size_t)a->T, sizeof *a->img_pos);
+        a->va = tn_vision_acts_create();
+    } else {
+        fill_rope(m, a);
+    }
     return a;
 }
 
@@ -159,6 +179,8 @@ void tn_acts_free(tn_acts *a) {
     free(a->layer);
     free(a->host_targets);
     free(a->host_scored);
+    free(a->pos3), free(a->img_pos), free(a->dimg), free(a->ddeep);
+    tn_vision_acts_free(a->va);
     free(a);
 }
 
@@ -194,6 +216,7 @@ int tn_acts_set_images(tn_acts *a, const tn_mm_batch *mm, char *err, size_t errl
                  "is needed)", mm->n_images);
         return -1;
     }
+    if (mm && mm->n_images > 0 && a->vis_model && tn_vision_check(a->vis_model, mm, err, errlen) != 0) return -1;
     a->mm = (mm && mm->n_images > 0) ? mm : NULL;
     return 0;
 }
@@ -265,8 +288,9 @@ static void layer_forward(const tn_model *m, tn_acts *a, int l, const float *x, 
         be->head_rmsnorm_forward(s->qkv + HD, Q3, s->qk_rstd + (size_t)T * m->H, s->qk_raw + HD, HD + KVD, w->kn, T,
                                  m->KV, m->hd, eps);
     }
-    be->rope(s->qkv, T, a->S, m->H, m->hd, Q3, a->rope_cos, a->rope_sin, 0);
-    be->rope(s->qkv + HD, T, a->S, m->KV, m->hd, Q3, a->rope_cos, a->rope_sin, 0);
+    const int RS = a->va ? T : a->S; /* VL: a table row per token */
+    be->rope(s->qkv, T, RS, m->H, m->hd, Q3, a->rope_cos, a->rope_sin, 0);
+    be->rope(s->qkv + HD, T, RS, m->KV, m->hd, Q3, a->rope_cos, a->rope_sin, 0);
     /* att [T, H hd] = causal softmax(q k^T / sqrt(hd)) v */
     be->attention_forward(s->att, s->lse, s->qkv, a->B, a->S, m->H, m->KV, m->hd, Q3);
     /* h [T, D] = x + att Wo^T + bo + LoRA */
@@ -313,8 +337,9 @@ static void layer_backward(tn_model *m, tn_acts *a, int l, const float *x, uint6
     lora_backward(m, a, &w->lora[TN_LT_O], &dw->lora[TN_LT_O], s->la[TN_LT_O], s->att, HD, D, a->dres, D,
                   a->datt, lora_seed(seed, l, TN_LT_O));
     be->attention_backward(a->dqkv, a->datt, s->att, s->lse, s->qkv, a->B, a->S, m->H, m->KV, m->hd, Q3);
-    be->rope(a->dqkv, T, a->S, m->H, m->hd, Q3, a->rope_cos, a->rope_sin, 1);
-    be->rope(a->dqkv + HD, T, a->S, m->KV, m->hd, Q3, a->rope_cos, a->rope_sin, 1);
+    const int RS = a->va ? T : a->S;
+    be->rope(a->dqkv, T, RS, m->H, m->hd, Q3, a->rope_cos, a->rope_sin, 1);
+    be->rope(a->dqkv + HD, T, RS, m->KV, m->hd, Q3, a->rope_cos, a->rope_sin, 1);
     if (w->qn) { /* through Qwen3's head norms, in place: d(normed q|k) -> d(raw q|k) */
         be->head_rmsnorm_backward(a->dqkv, Q3, dw->qn, a->dqkv, Q3, s->qk_raw, HD + KVD, w->qn, s->qk_rstd, T, m->H,
                                   m->hd);
@@ -347,6 +372,66 @@ static void params(const tn_model *m, int g, int need, int next) {
     if (m->param_hook) m->param_hook(m->param_hook_ctx, g, need, next);
 }
 
+/* ---------------------------------------------------------------- vision-language inputs */
+
+/* x[pos[j]] += src[j] (rows of D) */
+static void rows_add(float *x, const float *src, const int32_t *pos, int n, int D) {
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < D; d++) x[(size_t)pos[j] * D + d] += src[(size_t)j * D + d];
+}
+
+/* Positions (get_rope_index over the whole rows: with right padding the valid tokens' positions are those of
+ * transformers with the attention mask), the per-token rotary tables, and the image features: the vision tower's
+ * output replaces the embeddings of the <|image_pad|> tokens in batch-row order; deepstack features wait in a->deep
+ * for the first decoder layers. */
+static void vl_inputs(tn_model *m, tn_acts *a, const int32_t *ids) {
+    const tn_vision_config *v = &m->cfg.vis;
+    const tn_mm_batch *mm = a->mm;
+    char err[256];
+    int n_images = mm ? mm->n_images : 0;
+    if (tn_vl_rope_index(m, ids, NULL, a->B, a->S, mm ? mm->grid_thw : NULL, n_images, a->pos3, err, sizeof err) != 0)
+        tn_die("vision-language batch: %s", err);
+    tn_vl_mrope_tables(m, a->pos3, a->T, a->rope_cos, a->rope_sin);
+    a->n_img = 0;
+    for (int t = 0; t < a->T; t++)
+        if (ids[t] == v->image_token_id) a->img_pos[a->n_img++] = t;
+    a->deep = NULL;
+    if (!mm) {
+        if (a->n_img) tn_die("vision-language batch: %d <|image_pad|> tokens but no images", a->n_img);
+        return;
+    }
+    float *img;
+    int M = tn_vision_forward(m, a->va, mm, &img, &a->deep);
+    if (M != a->n_img) tn_die("vision-language batch: %d <|image_pad|> tokens but the images give %d features", a->n_img, M);
+    for (int j = 0; j < M; j++) memcpy(a->x + (size_t)a->img_pos[j] * m->D, img + (size_t)j * m->D, m->D * sizeof *img);
+    if (!v->n_deep) a->deep = NULL;
+}
+
+/* Gradients of the image features from the residual-stream gradient: after layer l's backward when l feeds a
+ * deepstack level; at the end the image rows of d(embeddings), which are then cleared (those rows were replaced). */
+static void vl_gather(const tn_model *m, tn_acts *a, float *dst, int clear) {
+    for (int j = 0; j < a->n_img; j++) {
+        float *r = a->dres + (size_t)a->img_pos[j] * m->D;
+        if (dst) memcpy(dst + (size_t)j * m->D, r, m->D * sizeof *r);
+        if (clear) memset(r, 0, m->D * sizeof *r);
+    }
+}
+
+const float *tn_acts_intermediate(const tn_acts *a, const char *name, int *rows, int *cols) {
+    if (!a->vis_model) return NULL;
+    if (strcmp(name, "inputs_embeds") == 0) {
+        *rows = a->T, *cols = a->vis_model->D;
+        return a->x;
+    }
+    return a->va ? tn_vision_intermediate(a->va, name, rows, cols) : NULL;
+}
+
+static void vl_grad_buffers(const tn_model *m, tn_acts *a) {
+    size_t n = (size_t)a->n_img * m->D;
+    a->dimg = tn_xrealloc(a->dimg, (n ? n : 1) * sizeof *a->dimg);
+    a->ddeep = tn_xrealloc(a->ddeep, (n * m->cfg.vis.n_deep + 1) * sizeof *a->ddeep);
+}
+
 /* Forward through every layer: a->x[0] = embeddings, ..., a->x[L] = final residual; xnf = final norm. Leaves
  * group L (final norm, lm_head) and, when tied, the embedding in use: the caller releases them after the
  * lm_head (lm_head_done). backward: the pass goes on with layer L-1's backward (what to prefetch). */
@@ -356,11 +441,18 @@ static void forward_layers(tn_model *m, tn_acts *a, const int32_t *ids, uint64_t
     be->upload_i32(a->ids, ids, (size_t)a->T);
     params(m, -1, 1, m->L ? 0 : m->L);
     be->embedding_forward(a->x, m->embed, a->ids, a->T, m->D);
+    if (m->lora_emb.A) { /* PEFT embedding adapter: x += s (A^T[ids]) B^T, no dropout */
+        be->embedding_forward(a->la_emb, m->lora_emb.A, a->ids, a->T, m->lora.r);
+        be->matmul(0, 1, a->T, m->D, m->lora.r, m->lora_scale, a->la_emb, m->lora.r, m->lora_emb.B, m->lora.r, 1.0f,
+                   a->x, m->D);
+    }
+    if (a->va) vl_inputs(m, a, ids); /* the vision tower is in group -1 with the embedding */
     if (!m->cfg.tie_word_embeddings) params(m, -1, 0, -2);
     for (int l = 0; l < m->L; l++) {
         params(m, l, 1, l + 1);
         layer_forward(m, a, l, a->x + l * TD, a->x + (l + 1) * TD, seed);
         params(m, l, 0, -2);
+        if (a->deep && l < m->cfg.vis.n_deep) rows_add(a->x + (l + 1) * TD, a->deep[l], a->img_pos, a->n_img, m->D);
     }
     params(m, m->L, 1, backward && m->L ? m->L - 1 : -2);
     be->rmsnorm_forward(a->xnf, a->rstdf, a->x + m->L * TD, m->norm, a->T, m->D, (float)m->cfg.rms_norm_eps);
@@ -436,14 +528,31 @@ double tn_model_forward_backward(tn_model *m, tn_acts *a, const int32_t *ids, co
     lm_head_done(m);
     grad_ready(m, m->L);
 
+    int vl = a->va && a->mm && m->dvw->any, n_deep = m->cfg.vis.n_deep;
+    float *ddeep[TN_VL_MAX_IDX] = {0};
+    if (vl) vl_grad_buffers(m, a);
     for (int l = m->L - 1; l >= 0; l--) {
         params(m, l, 1, l > 0 ? l - 1 : -2);
+        if (vl && l < n_deep) vl_gather(m, a, ddeep[l] = a->ddeep + (size_t)l * a->n_img * D, 0);
         if (a->checkpointing) layer_forward(m, a, l, a->x + l * TD, a->x + (l + 1) * TD, dropout_seed);
         layer_backward(m, a, l, a->x + l * TD, dropout_seed);
         params(m, l, 0, -2);
         grad_ready(m, l);
     }
+    if (a->va && a->mm) vl_gather(m, a, vl ? a->dimg : NULL, 1);
     if (m->d_embed) be->embedding_backward(m->d_embed, a->dres, a->ids, T, D);
+    if (m->d_lora_emb.A) { /* dB += s dx^T la ; d(A^T)[ids] += s dx B */
+        int r = m->lora.r;
+        be->matmul(1, 0, D, r, T, m->lora_scale, a->dres, D, a->la_emb, r, 1.0f, m->d_lora_emb.B, r);
+        be->matmul(0, 0, T, r, D, m->lora_scale, a->dres, D, m->lora_emb.B, r, 0.0f, a->dla, r);
+        be->embedding_backward(m->d_lora_emb.A, a->dla, a->ids, T, r);
+    }
+    if (vl) {
+        params(m, -1, 1, -2);
+        tn_vision_backward(m, a->va, a->dimg, ddeep);
+        params(m, -1, 0, -2);
+    }
+    a->mm = NULL;
     grad_ready(m, -1);
     return loss;
 }
@@ -459,6 +568,7 @@ double tn_model_eval_loss(tn_model *m, tn_acts *a, const int32_t *ids, const int
     m->lora.dropout = p;
     double loss = lm_head_loss(m, a, 0.0f, n_valid, 0);
     lm_head_done(m);
+    a->mm = NULL;
     return loss;
 }
 
@@ -478,4 +588,5 @@ void tn_model_logits(tn_model *m, tn_acts *a, const int32_t *ids, int B, int S, 
         be->download(logits_host + (size_t)t0 * m->V, a->logits, (size_t)n * m->V);
     }
     lm_head_done(m);
+    a->mm = NULL;
 }

@@ -11,10 +11,31 @@
 
 #define PEFT_PREFIX "base_model.model."
 
+/* The checkpoint's shape of p (a Qwen VL patch_embed kernel is 5-D there, [E, P] here). */
+static int file_shape(const tn_param *p, int64_t shape[5]) {
+    if (p->file_ndim) {
+        memcpy(shape, p->file_shape, sizeof p->file_shape);
+        return p->file_ndim;
+    }
+    shape[0] = p->shape[p->file_transposed], shape[1] = p->shape[!p->file_transposed];
+    return p->ndim;
+}
+
+/* [rows, cols] -> [cols, rows] in place (through a copy) */
+static void transpose(float *x, int64_t rows, int64_t cols) {
+    float *t = tn_xmalloc((size_t)(rows * cols) * sizeof *t);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) t[j * rows + i] = x[i * cols + j];
+    memcpy(x, t, (size_t)(rows * cols) * sizeof *t);
+    free(t);
+}
+
 static int shape_matches(const st_tensor *t, const tn_param *p) {
-    if (t->ndim != p->ndim) return 0;
-    for (int d = 0; d < p->ndim; d++)
-        if (t->shape[d] != p->shape[d]) return 0;
+    int64_t shape[5];
+    int nd = file_shape(p, shape);
+    if (t->ndim != nd) return 0;
+    for (int d = 0; d < nd; d++)
+        if (t->shape[d] != shape[d]) return 0;
     return 1;
 }
 
@@ -28,11 +49,14 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
 static int load_tensor(tn_model *m, const st_file *f, const st_tensor *t, const tn_param *p, float *host) {
     if (!shape_matches(t, p)) {
         char want[64], got[64];
-        shape_str(want, sizeof want, p->ndim, p->shape);
+        int64_t fs[5];
+        int nd = file_shape(p, fs);
+        shape_str(want, sizeof want, nd, fs);
         shape_str(got, sizeof got, t->ndim, t->shape);
         return tn_err("%s: tensor '%s' has shape %s, the config needs %s", f->path, t->name, got, want);
     }
     if (st_read_f32(f, t, host, (int64_t)p->numel) != 0) return -1;
+    if (p->file_transposed) transpose(host, p->shape[1], p->shape[0]);
     tn_model_set(m, p, host);
     return 0;
 }
@@ -43,9 +67,16 @@ static size_t max_numel(const tn_model *m) {
     return n;
 }
 
+/* A VL checkpoint's naming: released Qwen2(.5)-VL files name the embedding model.embed_tokens.weight. */
+static void detect_vl_naming(tn_model *m, const st_set *set) {
+    const st_file *f;
+    if (m->cfg.vis.kind != TN_VL_NONE) m->vl_legacy_names = st_set_find(set, "model.embed_tokens.weight", &f) != NULL;
+}
+
 int tn_model_load_hf(tn_model *m, const char *dir) {
     st_set set;
     if (st_set_open(&set, dir) != 0) return -1;
+    detect_vl_naming(m, &set);
     float *host = tn_xmalloc(max_numel(m) * sizeof *host);
     int rc = 0;
     double total = 0, done = 0, t0 = tn_now();
@@ -56,9 +87,10 @@ int tn_model_load_hf(tn_model *m, const char *dir) {
         const tn_param *p = &m->params[i];
         if (strstr(p->name, ".lora_")) continue;
         const st_file *f;
-        const st_tensor *t = st_set_find(&set, p->name, &f);
+        char fname[160];
+        const st_tensor *t = st_set_find(&set, tn_model_file_name(m, p->name, fname, sizeof fname), &f);
         if (!t) {
-            rc = tn_err("%s: weights have no tensor '%s' (the config.json needs it)", dir, p->name);
+            rc = tn_err("%s: weights have no tensor '%s' (the config.json needs it)", dir, fname);
             break;
         }
         rc = load_tensor(m, f, t, p, host);
@@ -82,16 +114,17 @@ static int collect_entries(const tn_model *m, int lora, const char *prefix, st_e
         if ((strstr(p->name, ".lora_") != NULL) != lora) continue;
         float *host = tn_xmalloc(p->numel * sizeof *host);
         tn_model_get(m, p, host);
-        char *name = tn_xmalloc(strlen(prefix) + strlen(p->name) + 1);
+        if (p->file_transposed) transpose(host, p->shape[0], p->shape[1]);
+        char fname[160];
+        tn_model_file_name(m, p->name, fname, sizeof fname);
+        char *name = tn_xmalloc(strlen(prefix) + strlen(fname) + 1);
         strcpy(name, prefix);
-        strcat(name, p->name);
+        strcat(name, fname);
         st_entry *e = &(*out)[n];
         e->name = name;
         e->dtype = ST_F32;
         e->src_dtype = ST_F32;
-        e->ndim = p->ndim;
-        e->shape[0] = p->shape[0];
-        e->shape[1] = p->shape[1];
+        e->ndim = file_shape(p, e->shape);
         e->data = host;
         (*bufs)[n++] = host;
     }
@@ -155,7 +188,15 @@ int tn_lora_config_load(const char *adapter_dir, tn_lora_config *lora) {
         const cJSON *it;
         cJSON_ArrayForEach(it, tm) {
             unsigned one;
-            if (!cJSON_IsString(it) || tn_lora_parse_targets(it->valuestring, &one) != 0) {
+            /* a full module name (LLaMA-Factory writes them for VL models) adapts its leaf projection */
+            const char *leaf = cJSON_IsString(it) && strrchr(it->valuestring, '.') ? strrchr(it->valuestring, '.') + 1
+                               : cJSON_IsString(it) ? it->valuestring : "";
+            if (cJSON_IsString(it) && strstr(it->valuestring, "visual")) {
+                tn_err("%s: target_modules: '%s' is in the vision tower; LoRA there is not supported", path,
+                       it->valuestring);
+                goto out;
+            }
+            if (!cJSON_IsString(it) || tn_lora_parse_targets(leaf, &one) != 0) {
                 tn_err("%s: target_modules: expected names among q_proj..down_proj", path);
                 goto out;
             }
@@ -183,8 +224,8 @@ int tn_model_load_adapter(tn_model *m, const char *adapter_dir) {
     for (int i = 0; i < m->n_params && rc == 0; i++) {
         const tn_param *p = &m->params[i];
         if (!strstr(p->name, ".lora_")) continue;
-        char name[160];
-        snprintf(name, sizeof name, PEFT_PREFIX "%s", p->name);
+        char name[200], fname[160];
+        snprintf(name, sizeof name, PEFT_PREFIX "%s", tn_model_file_name(m, p->name, fname, sizeof fname));
         const st_tensor *t = st_find(&f, name);
         if (!t) {
             rc = tn_err("%s: adapter has no tensor '%s'", f.path, name);
@@ -212,6 +253,7 @@ int tn_model_save_adapter(const tn_model *m, const char *adapter_dir) {
     cJSON *j = cJSON_CreateObject(), *tm = cJSON_CreateArray();
     for (int t = 0; t < TN_LT_COUNT; t++)
         if (m->lora.targets & (1u << t)) cJSON_AddItemToArray(tm, cJSON_CreateString(tn_lora_target_names[t]));
+    if (m->lora.targets & TN_LORA_EMBED) cJSON_AddItemToArray(tm, cJSON_CreateString("embed_tokens"));
     cJSON_AddStringToObject(j, "peft_type", "LORA");
     cJSON_AddStringToObject(j, "task_type", "CAUSAL_LM");
     cJSON_AddNumberToObject(j, "r", m->lora.r);
@@ -237,7 +279,9 @@ int tn_model_save_adapter(const tn_model *m, const char *adapter_dir) {
 
 static const char *const TOKENIZER_FILES[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                               "generation_config.json", "vocab.json", "merges.txt",
-                                              "tokenizer.model", "chat_template.jinja", NULL};
+                                              "tokenizer.model", "chat_template.jinja",
+                                              /* VL models: the image processor's settings travel with the tokenizer */
+                                              "preprocessor_config.json", "chat_template.json", NULL};
 
 int tn_model_copy_tokenizer_files(const char *from, const char *to) {
     int copied = 0;

@@ -15,6 +15,7 @@
 #include "data/lf_dataset.h"
 #include "tokenizer/tokenizer.h"
 #include "model/model.h"
+#include "model/vision.h"
 #include "outputs/chat_template.h"
 #include "outputs/output_lock.h"
 #include "outputs/previous_run.h"
@@ -27,6 +28,7 @@
 #include "trainer/grad_sync.h"
 #include "trainer/memory_check.h"
 #include "trainer/monitor.h"
+#include "trainer/plan_check.h"
 #include "serve/dashboard.h"
 #include "trainer/recipe.h"
 #include "trainer/replica.h"
@@ -59,12 +61,6 @@ static int longest(const lf_samples *s) {
     return m;
 }
 
-static void as_dataset(const lf_samples *s, int S, tn_dataset *d) {
-    memset(d, 0, sizeof *d);
-    d->n = s->n, d->S = S;
-    d->var_ids = s->ids, d->var_labels = s->labels, d->var_off = s->off;
-}
-
 /* Where tokenized data is cached: $TANDEM_CACHE_DIR, else ~/.cache/tandem/data (as HF caches datasets). */
 static char *cache_dir(void) {
     const char *env = getenv("TANDEM_CACHE_DIR"), *home = getenv("HOME");
@@ -89,7 +85,9 @@ static int load_lf_data(const tn_train_config *cfg, tn_comm *comm, job_data *d) 
                       .stage = cfg->stage == TN_STAGE_PT ? "pt" : "sft", .cutoff_len = cfg->cutoff_len,
                       .max_samples = cfg->max_samples, .packing = cfg->packing, .train_on_prompt = cfg->train_on_prompt,
                       .mask_history = cfg->mask_history, .val_size = cfg->val_size, .seed = cfg->seed,
-                      .cache_dir = cache, .tokenizer_path = tok_path, .enable_thinking = cfg->enable_thinking ? 1 : -1};
+                      .cache_dir = cache, .tokenizer_path = tok_path, .enable_thinking = cfg->enable_thinking ? 1 : -1,
+                      .media_dir = cfg->media_dir[0] ? cfg->media_dir : NULL, .image_max_pixels = cfg->image_max_pixels,
+                      .image_min_pixels = cfg->image_min_pixels};
     int rc = tok ? 0 : -1;
     for (int turn = 0; turn < 2; turn++) { /* local rank 0 first, then the rest of its machine */
         if (rc == 0 && (in->local_rank == 0) == (turn == 0)) rc = lf_load(&a, tok, &d->lf_train, &d->lf_eval);
@@ -102,8 +100,8 @@ static int load_lf_data(const tn_train_config *cfg, tn_comm *comm, job_data *d) 
     if (rc == 0) {
         int S = longest(&d->lf_train), Se = longest(&d->lf_eval);
         S = Se > S ? Se : S;
-        as_dataset(&d->lf_train, S, &d->train);
-        if (d->lf_eval.n) as_dataset(&d->lf_eval, S, &d->eval);
+        lf_samples_dataset(&d->lf_train, S, &d->train); /* with its images, if any */
+        if (d->lf_eval.n) lf_samples_dataset(&d->lf_eval, S, &d->eval);
         d->vocab = tn_tokenizer_vocab_size(tok);
         if (in->rank == 0)
             printf("tandem: %d training samples%s%.0d%s (longest %d tokens) from %s, template %s%s\n", d->train.n,
@@ -139,6 +137,30 @@ static const tn_backend *select_backend(const tn_train_config *cfg, tn_comm *com
     return be;
 }
 
+/* LLaMA-Factory's freeze_vision_tower / freeze_multi_modal_projector / freeze_language_model for a VL model (a
+ * text model has none of these parts: LF ignores them there, and so does tandem). Full fine-tuning leaves the
+ * frozen parts out of the trainable set. With LoRA, LF's defaults keep the adapters on the language model,
+ * which is what tandem's LoRA covers; other settings would put LoRA on the vision tower or the projector
+ * (find_all_linear_modules skips only the frozen parts): one line, rather than a different model. */
+static int vl_freeze(const tn_train_config *cfg, const tn_model_config *mc, tn_lora_config *lora) {
+    if (mc->vis.kind == TN_VL_NONE) return 0;
+    lora->freeze = (cfg->freeze_vision_tower ? TN_FREEZE_VISION : 0u) |
+                   (cfg->freeze_multi_modal_projector ? TN_FREEZE_PROJECTOR : 0u) |
+                   (cfg->freeze_language_model ? TN_FREEZE_LM : 0u);
+    if (cfg->finetuning_type == TN_FT_LORA && lora->freeze != (TN_FREEZE_VISION | TN_FREEZE_PROJECTOR))
+        return tn_err("%s: finetuning_type lora with freeze_vision_tower %s, freeze_multi_modal_projector %s, "
+                      "freeze_language_model %s would put LoRA on %s (LLaMA-Factory); tandem's LoRA covers the language "
+                      "model: keep the defaults (true, true, false), or use finetuning_type full",
+                      cfg->source_path, cfg->freeze_vision_tower ? "true" : "false",
+                      cfg->freeze_multi_modal_projector ? "true" : "false", cfg->freeze_language_model ? "true" : "false",
+                      !cfg->freeze_vision_tower ? "the vision tower" : !cfg->freeze_multi_modal_projector ? "the projector"
+                                                                                                 : "the vision parts only");
+    if (lora->freeze == (TN_FREEZE_VISION | TN_FREEZE_PROJECTOR | TN_FREEZE_LM))
+        return tn_err("%s: freeze_vision_tower, freeze_multi_modal_projector and freeze_language_model are all true: "
+                      "nothing would train", cfg->source_path);
+    return 0;
+}
+
 static tn_model *load_model(const tn_train_config *cfg, const tn_backend *be) {
     int fresh = !cfg->model_name_or_path[0];
     char *cfg_path = fresh ? tn_xstrdup(cfg->model_config) : tn_path_join(cfg->model_name_or_path, "config.json");
@@ -159,6 +181,7 @@ static tn_model *load_model(const tn_train_config *cfg, const tn_backend *be) {
             goto out;
         }
     }
+    if (vl_freeze(cfg, &mc, &lora) != 0) goto out;
     m = tn_model_create(&mc, &lora, be);
     tn_model_init_random(m, (uint64_t)cfg->seed); /* LoRA adapters (and a fresh model) start from here */
     m->base_name_or_path = fresh ? NULL : cfg->model_name_or_path; /* adapter_config.json names it */
@@ -257,9 +280,23 @@ typedef struct {
     int64_t loss_tokens;
     double comm_wait;
     tn_monitor *mon;          /* every rank: the steps' timings for tandem_ranks.jsonl */
+    double plan_wall, plan_compute, plan_seen; /* rank 0: the steps timed for the plan check (plan_check.h) */
+    int plan_steps;
     int steps_trained;        /* steps of this process that were not skipped */
     int last_skipped;         /* the last final step was skipped (non-finite loss or gradient) */
 } job_ctx;
+
+/* Rank 0 of a multi-rank run: after the first step (warm-up), a window of steps (two DiLoCo rounds: a round's
+ * end costs more than its other steps) is timed and set beside the plan's prediction. */
+static void plan_window(job_ctx *j, const tn_step_stats *st, double wall, double compute) {
+    const tn_trainer *t = j->t;
+    int window = t->diloco ? 2 * j->cfg->diloco_inner_steps : 5;
+    if (!j->lead || t->world < 2 || t->step - j->start_step < 2 || j->plan_steps >= window) return;
+    j->plan_wall += wall, j->plan_compute += compute, j->plan_steps++;
+    j->plan_seen += (double)st->seen / ((double)t->world * t->micro_batch * t->accum);
+    if (j->plan_steps == window)
+        tn_plan_check(j->cfg, j->comm, j->plan_wall / window, j->plan_compute / window, j->plan_seen / window, stdout);
+}
 
 /* The dashboard's address, as TensorBoard prints its own. */
 static void print_dashboard(const tn_dash *d, const char *output_dir) {
@@ -562,6 +599,7 @@ static int train_loop(job_ctx *j) {
         tn_monitor_step(j->mon, &st);
         L.window_compute += tn_now() - step_t0 - (step_rc == 0 ? st.comm_wait : 0);
         if (step_rc == 0) j->comm_wait += st.comm_wait;
+        if (step_rc == 0) plan_window(j, &st, tn_now() - step_t0, tn_now() - step_t0 - st.comm_wait);
         /* plain data parallelism: every rank sees the same summed gradient, so all skip together */
         if (step_rc != 0 && j->lead && !t->diloco) fprintf(stderr, "tandem: warning: %s\n", tn_errmsg());
         if (t->note[0]) {
@@ -693,12 +731,15 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     int rc = agree(comm, lead && !(lock = tn_output_lock_take(cfg->output_dir, launcher, cfg->source_path)) ? -1 : 0);
     if (rc == 0) rc = agree(comm, load_data(cfg, comm, &data));
     tn_dataset train = data.train, eval = data.eval;
-    /* absurd sizes are one line naming the key and the bytes, before anything is allocated */
-    if (rc == 0) rc = agree(comm, tn_memory_check(cfg, train.S, tn_comm_get_info(comm)->local_size));
     /* the backend: every rank the same kind, device memory attached to the comm layer (NCCL or staged MPI) */
     const tn_backend *be = NULL;
     char comm_note[320] = "";
     if (rc == 0) rc = agree(comm, (be = select_backend(cfg, comm)) ? 0 : -1);
+    /* absurd sizes are one line naming the key and the bytes, before the model is allocated (on its GPU, if any) */
+    tn_memory_target mt;
+    const tn_comm_info *ci = tn_comm_get_info(comm);
+    if (rc == 0) tn_memory_target_of(be->name, cfg->bf16, ci->local_rank, ci->local_size, &mt);
+    if (rc == 0) rc = agree(comm, tn_memory_check_on(cfg, train.S, ci->local_size, &mt));
     if (rc == 0) rc = agree(comm, tn_backend_attach_comm(be, comm, comm_note, sizeof comm_note));
     if (rc == 0 && lead && comm_note[0]) printf("tandem: note: %s\n", comm_note);
     tn_model *m = rc ? NULL : load_model(cfg, be);

@@ -37,8 +37,9 @@ else
 fi
 
 # the generation and dashboard tests must pass unmutated too
-for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_nonfinite \
-  test_unit_size_limits; do
+for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed \
+  test_unit_sync_device test_unit_frozen_ranges test_unit_comm_shared_gpu test_unit_memory_check test_unit_ifname \
+  test_unit_nonfinite test_unit_size_limits; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -89,6 +90,16 @@ mutant lora-scale-alpha-not-alpha-over-r model/model.c \
 mutant qwen3-k-heads-normed-with-q-norm model/model_forward.c \
   's->qk_raw + HD, HD + KVD, w->kn, T,' \
   's->qk_raw + HD, HD + KVD, w->qn, T,'
+# LoRA on embed_tokens (tests/unit/test_unit_lora_embed.c)
+mutant lora-embedding-A-saved-as-held model/model_io.c \
+  '        if (p->file_transposed) transpose(host, p->shape[0], p->shape[1]);
+' '' test_unit_lora_embed
+mutant lora-embedding-grad-unscaled model/model_forward.c \
+  'be->matmul(0, 0, T, r, D, m->lora_scale, a->dres, D, m->lora_emb.B, r, 0.0f, a->dla, r);' \
+  'be->matmul(0, 0, T, r, D, 1.0f, a->dres, D, m->lora_emb.B, r, 0.0f, a->dla, r);' test_unit_lora_embed
+mutant lora-embedding-merge-untransposed model/merge.c \
+  'be->matmul(0, 1, m->V, D, r, m->lora_scale, m->lora_emb.A, r, m->lora_emb.B, r, 1.0f, m->embed, D);' \
+  'be->matmul(0, 1, m->V, D, r, m->lora_scale, m->lora_emb.A, r, m->lora_emb.B, r, 0.0f, m->embed, D);' test_unit_lora_embed
 # generation (KV cache), sampling and predict's metrics
 # (a rotary position shifted by a constant for q and k alike changes nothing: attention sees relative positions)
 mutant kv-rope-every-row-at-the-first-position backend/cpu_decode.c \
@@ -122,6 +133,41 @@ mutant bleu-method3-no-doubling infer/nlg_metrics.c '1.0 / (ldexp(1.0, ++zeros) 
 mutant rouge-n-counts-repeats infer/nlg_metrics.c 'if (i == 0 || ngram_cmp(&out[i], &out[u - 1])) out[u++] = out[i];' \
   'out[u++] = out[i];' test_unit_nlg_metrics
 
+# NCCL_SOCKET_IFNAME's rules (tests/unit/test_unit_ifname.c)
+mutant ifname-prefix-read-as-exact-name launch/ifname.c \
+  'return exact ? strlen(name) == len && strncmp(item, name, len) == 0 : strncmp(item, name, len) == 0;' \
+  'return exact + strlen(name) == len + exact && strncmp(item, name, len) == 0;' test_unit_ifname
+mutant ifname-port-kept-in-the-name launch/ifname.c \
+  'hit = item_match(p, name_len < len ? name_len : len, name, exact);' 'hit = item_match(p, name_len < len ? len : len, name, exact);' \
+  test_unit_ifname
+mutant ifname-exclusion-keeps-loopback launch/ifname.c \
+  'if (pass == 0 && spec[0] == '"'^'"' && is_loopback(ifs[i])) continue;' 'if (pass == 0 && spec[0] == '"'^'"' && is_loopback(ifs[i]) && 0) continue;' test_unit_ifname
+
+# the ResNet (test_parity_resnet against torchvision's float64 run): BN variance conventions, padding, downsample
+# stride, running-statistics momentum
+if [ ! -d "$SHARED/ref/fixtures/resnet18w8-f64" ]; then
+  echo "skip ResNet mutants: $SHARED/ref/fixtures is absent"
+  [ "${CI:-}" != true ] || { echo "mutants: ../shared is absent and CI=true"; exit 1; }
+elif build_and_run test_parity_resnet; then
+  echo "ok   unmutated source passes test_parity_resnet"
+  mutant bn-normalises-with-unbiased-variance backend/cpu_image.c 'double var = ss / M;' 'double var = ss / (M - 1);' \
+    test_parity_resnet
+  mutant bn-running-var-takes-biased-variance backend/cpu_image.c '(float)(ss / (M - 1))' '(float)(ss / M)' \
+    test_parity_resnet
+  mutant resnet-stem-padding-off-by-one model/resnet.c 'w, 7, 2, 3);' 'w, 7, 2, 2);' test_parity_resnet
+  mutant conv-im2col-padding-off-by-one backend/cpu_conv.c 'int h = oh * s->stride - s->pad + i;
+                float *row' 'int h = oh * s->stride - s->pad + 1 + i;
+                float *row' test_parity_resnet
+  mutant resnet-downsample-stride-1 model/resnet.c 'in, out, 1, stride, 0);' 'in, out, 1, 1, 0);' test_parity_resnet
+  mutant bn-momentum-keras-convention backend/cpu_image.c \
+    'run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * m;
+        run_var[c] = (1.0f - momentum) * run_var[c] + momentum * unbiased;' \
+    'run_mean[c] = momentum * run_mean[c] + (1.0f - momentum) * m;
+        run_var[c] = momentum * run_var[c] + (1.0f - momentum) * unbiased;' test_parity_resnet
+else
+  tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails test_parity_resnet"; exit 1
+fi
+
 # the dashboard (tests/unit/test_unit_dashboard.c)
 mutant dashboard-straggler-by-step-not-per-sample serve/dash_view.c \
   'per[r] = s > 0 ? c / s : c;' 'per[r] = s > 0 ? c : c;' test_unit_dashboard
@@ -131,6 +177,27 @@ mutant dashboard-points-printed-by-cjson serve/dash_view.c \
   'if (isfinite(v)) tn_sb_py_float(b, v);' 'if (isfinite(v)) tn_sb_printf(b, "%.15g", v);' test_unit_dashboard
 mutant dashboard-event-ring-without-byte-bound serve/dash_store.c \
   's->bytes + b.n > STORE_EVENT_BYTES' 's->bytes + b.n > 4 * STORE_EVENT_BYTES' test_unit_dashboard
+# the plan's cost model (tests/unit/test_unit_plan.c)
+mutant plan-allreduce-bytes-halved trainer/plan.c \
+  'r->link_bytes = M > 1 ? 2 * (M - 1) / M * G : 0;' 'r->link_bytes = M > 1 ? (M - 1) / M * G : 0;' test_unit_plan
+mutant plan-no-overlap-with-backward trainer/plan.c \
+  'return fmax(j->compute_s + comm / fmax(buckets, 1), first_ready + comm);' 'return j->compute_s + comm;' test_unit_plan
+mutant plan-diloco-round-not-hidden trainer/plan.c \
+  'fmax(0, round_link - H * step)' 'round_link' test_unit_plan
+mutant plan-zero2-formula trainer/plan.c \
+  'case TN_PLAN_ZERO2: state = 4 * P + 12 * P / N; break;' 'case TN_PLAN_ZERO2: state = 8 * P + 8 * P / N; break;' test_unit_plan
+# The GPU path's host side, on the fake device and hand-made records (issue 32)
+mutant diloco-memcpy-from-device-slab trainer/diloco.c \
+  'd->m->be->download(d->g, d->m->slab, d->n);' 'memcpy(d->g, d->m->slab, d->n * sizeof *d->g);' test_unit_sync_device
+mutant frozen-range-checked-at-first-address backend/frozen_ranges.h \
+  'if (r[i].lo > p && r[i].lo < end &&' 'if (r[i].lo > end && r[i].lo < end &&' test_unit_frozen_ranges
+mutant memory-check-gpu-frozen-in-fp32 trainer/memory_check.c \
+  'tn_memory_estimate_frozen(cfg, &mc, seq_len, gpu ? t->frozen_bytes : 4, &n);' \
+  'tn_memory_estimate_frozen(cfg, &mc, seq_len, 4, &n);' test_unit_memory_check
+mutant memory-check-gpu-times-machine-ranks trainer/memory_check.c \
+  'ranks = t->gpu_ranks > 1 ? t->gpu_ranks : 1;' 'ranks = local_ranks > 1 ? local_ranks : 1;' test_unit_memory_check
+mutant shared-gpu-by-ordinal comm/comm_device.c \
+  'if (a->bus[0] && b->bus[0]) return strcasecmp(a->bus, b->bus) == 0;' 'if (0) return 0;' test_unit_comm_shared_gpu
 # Non-finite kernel inputs and absurd sizes (issue 24): the property tests must notice each guard missing.
 mutant exp-nan-comes-out-finite backend/vmath.h 'return x == x ? e : x;' 'return e;' test_unit_nonfinite
 mutant dropout-swallows-nan backend/cpu_backend.c \
@@ -166,6 +233,44 @@ elif build_and_run; then
   mutant resize-taps-not-rounded-to-fixed-point data/image_resize.c \
     'q[i] = (int32_t)(t->k[i] < 0 ? -0.5 + v : 0.5 + v);' \
     'q[i] = (int32_t)v;'
+else
+  tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $TEST"; exit 1
+fi
+
+# the vision-language models (tests/parity/test_parity_vl.c, the same ../shared/ref fixtures)
+TEST=test_parity_vl
+if [ ! -d "$SHARED/ref/fixtures/qwen2vl-f64" ]; then
+  echo "skip vision-language model mutants: $SHARED/ref/fixtures is absent"
+  [ "${CI:-}" != true ] || { echo "mutants: ../shared is absent and CI=true"; exit 1; }
+elif build_and_run; then
+  echo "ok   unmutated source passes $TEST"
+  mutant mrope-sections-h-w-swapped model/vl_rope.c \
+    'return i < v->mrope[0] ? 0 : i < v->mrope[0] + v->mrope[1] ? 1 : 2;' \
+    'return i < v->mrope[0] ? 0 : i < v->mrope[0] + v->mrope[1] ? 2 : 1;'
+  mutant mrope-interleaved-h-w-swapped model/vl_rope.c \
+    'i % 3 == 1 && i < 3 * v->mrope[1] ? 1 : i % 3 == 2 && i < 3 * v->mrope[2] ? 2 : 0;' \
+    'i % 3 == 1 && i < 3 * v->mrope[1] ? 2 : i % 3 == 2 && i < 3 * v->mrope[2] ? 1 : 0;'
+  mutant vision-rope-row-col-swapped model/vision_merge.c \
+    'patch_coords(v, mm, block_row(va, mm2, n), &row, &col, &img);' \
+    'patch_coords(v, mm, block_row(va, mm2, n), &col, &row, &img);'
+  mutant merger-output-left-in-window-order model/vision_merge.c \
+    'memcpy(dst + (size_t)va->perm[j] * m->D, src + (size_t)j * m->D, m->D * sizeof *dst);' \
+    'memcpy(dst + (size_t)j * m->D, src + (size_t)j * m->D, m->D * sizeof *dst);'
+  mutant image-features-scattered-in-reverse model/model_forward.c \
+    'memcpy(a->x + (size_t)a->img_pos[j] * m->D, img + (size_t)j * m->D, m->D * sizeof *img);' \
+    'memcpy(a->x + (size_t)a->img_pos[j] * m->D, img + (size_t)(M - 1 - j) * m->D, m->D * sizeof *img);'
+  mutant deepstack-after-the-next-text-layer model/model_forward.c \
+    'if (a->deep && l < m->cfg.vis.n_deep) rows_add(a->x + (l + 1) * TD, a->deep[l],' \
+    'if (a->deep && l >= 1 && l - 1 < m->cfg.vis.n_deep) rows_add(a->x + (l + 1) * TD, a->deep[l - 1],'
+  mutant deepstack-from-the-next-vision-block model/vision.c \
+    'if (v->deep_idx[k] == b) return k;' \
+    'if (v->deep_idx[k] + 1 == b) return k;'
+  mutant kv-positions-after-an-image-by-token-count model/kv_forward.c \
+    'kv->new_delta[segs[i].slot] = base + mx + 1 - (kv->len[segs[i].slot] + segs[i].n);' \
+    'kv->new_delta[segs[i].slot] = 0 * mx;' test_unit_vl_tiny
+  mutant qwen3-pos-embed-interpolation-axes-swapped model/vision_merge.c \
+    'wt[0] = (1 - dh) * (1 - dw), wt[1] = (1 - dh) * dw, wt[2] = dh * (1 - dw), wt[3] = dh * dw;' \
+    'wt[0] = (1 - dh) * (1 - dw), wt[1] = dh * (1 - dw), wt[2] = (1 - dh) * dw, wt[3] = dh * dw;'
 else
   tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $TEST"; exit 1
 fi

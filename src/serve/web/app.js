@@ -322,8 +322,8 @@ function jobPanel(r) {
 function plan(r) {
   const p = r.plan;
   if (!p) {
-    fill('plan', el('p', {}, el('b', {}, 'no plan'), ' — tandem plan is not part of tandem yet. A plan written into the ' +
-      'output folder as tandem_plan.json ({"step_s", "bytes_per_step", "memory_per_rank"}) shows here next to the measurement.'));
+    fill('plan', el('p', {}, el('b', {}, 'no plan yet'), ' — a run of several ranks writes tandem_plan.json after its ' +
+      'first steps: tandem plan\'s prediction for its strategy, shown here next to the measurement (one rank: nothing to plan).'));
     return;
   }
   if (p.error) { fill('plan', el('p', {}, p.error)); return; }

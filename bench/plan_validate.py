@@ -1,0 +1,68 @@
+#!/usr/bin/python3
+"""plan_validate.py -- `tandem plan`'s predictions against step times measured by the benchmarks.
+
+Each row below is a measurement recorded in docs/performance.md (the section is named), with the one-rank step
+time T1 and the link rate measured in the same invocation. The plan gets T1 as --step-time and the link as
+bytes/s, predicts the multi-rank step, and this prints predicted / measured per row (target: within 15%).
+Rows with --fresh re-measure on this machine instead (bench_lowcomm.sh / bench_zero.sh; needs root for the
+network namespaces and an hour of a quiet machine).
+
+Usage: bench/plan_validate.py [--bin build/tandem] [--markdown]
+"""
+import argparse, json, os, subprocess, sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# (preset, strategy row, machines, ranks per machine, overrides, T1 s, link B/s, measured s, where recorded)
+LOWCOMM = "Low-communication training: weak scaling over the 100 Mbit/s link (2026-11-25, AMD EPYC)"
+ZERO_NETNS = "ZeRO: step time by stage, netns 2 machines x 1 rank (2026-11-25, AMD EPYC)"
+ZERO_LOCAL = "ZeRO: step time by stage, 1 machine, 2 ranks on 2 cores (2026-11-25, AMD EPYC)"
+BOTH_WAYS = 11.44e6  # one TCP stream each way at once over the shaped veth (bench_dp.py's iperf3)
+ONE_WAY = 11.95e6
+ROWS = [
+    ("tiny", "ddp", 2, 1, [], 0.612, BOTH_WAYS, 2.143, LOWCOMM),
+    ("tiny", "ddp+bf16", 2, 1, [], 0.612, BOTH_WAYS, 1.243, LOWCOMM),
+    ("tiny", "ddp+int8", 2, 1, [], 0.612, BOTH_WAYS, 0.895, LOWCOMM),
+    ("tiny", "diloco", 2, 1, [], 0.612, BOTH_WAYS, 0.691, LOWCOMM),
+    ("tiny", "diloco+int8", 2, 1, [], 0.612, BOTH_WAYS, 0.639, LOWCOMM),
+    ("small", "ddp", 2, 1, [], 5.434, BOTH_WAYS, 22.987, LOWCOMM),
+    ("small", "ddp+bf16", 2, 1, [], 5.434, BOTH_WAYS, 13.219, LOWCOMM),
+    ("small", "ddp+int8", 2, 1, [], 5.434, BOTH_WAYS, 8.360, LOWCOMM),
+    ("small", "diloco", 2, 1, [], 5.434, BOTH_WAYS, 6.080, LOWCOMM),
+    ("small", "diloco+int8", 2, 1, [], 5.434, BOTH_WAYS, 5.649, LOWCOMM),
+    ("tiny", "ddp", 2, 1, [], 0.615, ONE_WAY, 2.130, ZERO_NETNS),
+    ("tiny", "zero2", 2, 1, [], 0.615, ONE_WAY, 2.450, ZERO_NETNS),
+    ("tiny", "zero3", 2, 1, [], 0.615, ONE_WAY, 4.295, ZERO_NETNS),
+    ("small", "ddp", 1, 2, [], 5.434, ONE_WAY, 5.600, ZERO_LOCAL),
+    ("small", "zero1", 1, 2, [], 5.434, ONE_WAY, 5.589, ZERO_LOCAL),
+    ("small", "zero2", 1, 2, [], 5.434, ONE_WAY, 5.654, ZERO_LOCAL),
+    ("small", "zero3", 1, 2, [], 5.434, ONE_WAY, 5.703, ZERO_LOCAL),
+]
+
+
+def predict(binary, preset, machines, ranks, overrides, t1, link):
+    cmd = [binary, "plan", os.path.join(HERE, "plan", preset + ".yaml"), *overrides, "--machines", str(machines),
+           "--ranks-per-machine", str(ranks), "--link", repr(link), "--step-time", repr(t1), "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return {r["strategy"]: r for r in map(json.loads, out.splitlines())}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "tandem"))
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+    print("| preset | strategy | machines x ranks | T1 s | link MB/s | measured s | predicted s | error | recorded in |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for preset, strategy, m, r, ov, t1, link, measured, where in ROWS:
+        p = predict(args.bin, preset, m, r, ov, t1, link)[strategy]["step_s"]
+        err = p / measured - 1
+        worst = max(worst, abs(err))
+        print(f"| {preset} | {strategy} | {m} x {r} | {t1:.3f} | {link / 1e6:.2f} | {measured:.3f} | {p:.3f} | "
+              f"{err * 100:+.1f}% | {where} |")
+    print(f"\nworst error {worst * 100:.1f}% over {len(ROWS)} rows (target 15%)")
+    return 0 if worst <= 0.15 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

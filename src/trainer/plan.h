@@ -1,0 +1,92 @@
+/* plan -- which way of keeping ranks in agreement will train a job fastest, predicted before the run.
+ *
+ * Owns the cost model behind `tandem plan` and the train-time comparison with it. A step of every strategy is
+ * one rank's compute (forward, backward, update: measured or given) plus the communication that compute cannot
+ * hide, from each strategy's schedule as tandem runs it:
+ *   ddp          gradients all-reduced per bucket during backward: the machine link carries 2 (M-1)/M G
+ *                each way (G = 4 bytes x trainable parameters), summed inside a machine first;
+ *   ddp+bf16/int8  the same buckets encoded, the encodings all-gathered between machines: (M-1) E each way
+ *                (E = G/2, or G/4 plus one float scale per 64 values);
+ *   zero 1-2     buckets reduce-scattered toward their owner during backward, the updated parameters
+ *                all-gathered while the next forward runs. Shards are contiguous ranges, so a bucket's
+ *                bytes all go to one machine: (M-1) G/M per owner, one owner after another, (M-1) G in all
+ *                on the busiest link, each way, both phases;
+ *   zero 3       + every group gathered again before backward;
+ *   diloco H     gradients summed inside the machine each step; between machines a pseudo-gradient every H
+ *                steps ((M-1) E), overlapped with the next round: only what exceeds a round's compute shows.
+ * Memory per rank: the ZeRO formulas over trainable state (16 bytes a parameter: weight, gradient, two AdamW
+ * moments; stage 1 8 + 8/N, stage 2 4 + 12/N, stage 3 16/N), frozen weights (4 bytes), activations of one
+ * micro-batch, and DiLoCo's round start, consensus and (momentum, residual) copies.
+ * What it does not model: stragglers, data loading, a link shared with other traffic. DiLoCo and compression
+ * change what a step learns, not only its time: the plan predicts throughput; docs/performance.md measures
+ * time to a loss. */
+#ifndef TN_PLAN_H
+#define TN_PLAN_H
+
+#include "config/train_config.h"
+#include "trainer/memory_check.h"
+
+typedef enum {
+    TN_PLAN_DDP,
+    TN_PLAN_DDP_BF16,
+    TN_PLAN_DDP_INT8,
+    TN_PLAN_ZERO1,
+    TN_PLAN_ZERO2,
+    TN_PLAN_ZERO3,
+    TN_PLAN_DILOCO,
+    TN_PLAN_DILOCO_INT8,
+    TN_PLAN_N
+} tn_plan_strategy;
+
+typedef struct {
+    int machines, ranks_per_machine;
+    double link_Bps;          /* what one machine's link carries each way while both ways are busy, bytes/s
+                               * (TCP payload; what bench allreduce records) */
+    double link_latency_s;    /* per message on that link */
+    double local_Bps;         /* shared-memory reduction inside a machine, bytes/s */
+    double rank_memory_bytes; /* what one rank may use; 0: unknown (everything fits) */
+} tn_plan_cluster;
+
+typedef struct {
+    double trainable;         /* trainable parameters (sharded and exchanged) */
+    double frozen_bytes;      /* weights that are not trained (LoRA's base), replicated */
+    double act_bytes;         /* activations of one micro-batch */
+    double compute_s;         /* one rank's step alone: forward + backward of its micro-batches + update */
+    double forward_share;     /* of compute_s: forward (what a parameter gather can hide behind) */
+    double backward_share;    /* of compute_s: backward (what a gradient exchange can hide behind) */
+    double tokens_per_rank;   /* tokens one rank trains per step */
+    double bucket_bytes;      /* gradient bucket cap */
+    int diloco_h;             /* inner steps of a DiLoCo round */
+    double encode_s[3], decode_s[3]; /* seconds per float of each codec (compress.h's order: fp32, bf16, int8)
+                                      * on the core that runs the step; 0: free */
+} tn_plan_job;
+
+typedef struct {
+    tn_plan_strategy strategy;
+    double comm_s;            /* the step's communication if nothing overlapped */
+    double exposed_s;         /* what the step waits for */
+    double step_s;            /* compute + exposed */
+    double tokens_per_s;      /* all ranks */
+    double memory_bytes;      /* per rank */
+    double link_bytes;        /* per step on the busiest machine link, each way */
+    int fits;                 /* memory_bytes within the cluster's per-rank memory */
+} tn_plan_row;
+
+/* The strategy a training config runs (zero_stage, comm_compression, sync_mode). */
+tn_plan_strategy tn_plan_config_strategy(const tn_train_config *cfg);
+/* A job's sizes and schedule shares from its config and memory estimate at seq tokens a sequence (compute_s and
+ * the codec costs left 0 for the caller). */
+void tn_plan_job_from_config(const tn_train_config *cfg, const tn_memory_need *need, int seq, tn_plan_job *job);
+/* Predicts every strategy. With one machine only the in-machine costs remain. */
+void tn_plan_predict(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_row rows[TN_PLAN_N]);
+/* The strategy to use: the fastest that fits; one within 5% of it that changes less (plain data parallelism
+ * before sharding, sharding before compression, compression before DiLoCo) wins the tie. -1 when none fits. */
+int tn_plan_best(const tn_plan_row rows[TN_PLAN_N]);
+/* Its name and the YAML keys that select it ("sync_mode: diloco, comm_compression: int8"). */
+const char *tn_plan_name(tn_plan_strategy s);
+const char *tn_plan_keys(tn_plan_strategy s);
+/* Link rate from "100mbit", "1gbit", "10gbit", "2.5gbit" (nominal bits/s x what TCP carries of it with both
+ * directions busy) or a plain number of bytes/s (taken as it is). 0, or -1 + tn_err naming option and text. */
+int tn_plan_parse_link(const char *option, const char *text, double *Bps);
+
+#endif

@@ -1,0 +1,90 @@
+#!/bin/sh
+# `tandem plan`: the table for every strategy, the choice and its reason, the config's own strategy named, the
+# measured path (bench train on the config's model), the hostfile path with and without a recorded link, and one
+# error line for each bad argument.
+set -u
+. "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
+BIN=${TANDEM_BIN:?}
+ROOT=$(cd "$TANDEM_TESTS_DIR/.." && pwd)
+T=$(mktemp -d /tmp/tandem-plan-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fails=0 checks=0
+TINY=$ROOT/bench/plan/tiny.yaml
+
+# link-bound: 2 machines over 100 Mbit/s with the tiny preset's recorded 612 ms step
+"$BIN" plan "$TINY" --machines 2 --link 100mbit --step-time 0.612 >"$T/out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && [ "$(grep -cE "^(ddp|ddp\+bf16|ddp\+int8|zero1|zero2|zero3|diloco|diloco\+int8) " "$T/out")" -eq 8 ]'
+check 'grep -q "^best: diloco" "$T/out" && grep -q "^why: the link is the bottleneck" "$T/out"'
+check 'grep -q "^ddp .*(this config)" "$T/out" && grep -q "^this config runs ddp: .* predicted .*x faster" "$T/out"'
+# the config's keys select its row: zero_stage=2 and sync_mode=diloco
+"$BIN" plan "$TINY" zero_stage=2 --machines 2 --link 100mbit --step-time 0.612 >"$T/z2" 2>&1
+check 'grep -q "^zero2 .*(this config)" "$T/z2"'
+"$BIN" plan "$TINY" sync_mode=diloco comm_compression=int8 --machines 2 --link 100mbit --step-time 0.612 --json >"$T/json" 2>&1
+check '[ "$(grep -c "^{\"strategy\"" "$T/json")" -eq 8 ] && grep -q "\"strategy\":\"diloco+int8\".*\"config\":true" "$T/json"'
+check 'python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$T/json"'
+# compute-bound: 10 Gbit/s, the simplest strategy wins
+"$BIN" plan "$TINY" --machines 2 --link 10gbit --step-time 0.612 >"$T/fast" 2>&1
+check 'grep -q "^best: ddp " "$T/fast" && grep -q "^why: compute-bound" "$T/fast"'
+# memory decides: 0.24 GB a rank leaves only ZeRO-3 (0.23 GB) at 2 ranks
+"$BIN" plan "$TINY" --machines 2 --link 10gbit --step-time 0.612 --memory 0.235 >"$T/mem" 2>&1
+check 'grep -q "^best: zero3" "$T/mem" && grep -q "^why: ddp needs" "$T/mem"'
+"$BIN" plan "$TINY" --machines 2 --link 10gbit --step-time 0.612 --memory 0.01 >"$T/none" 2>&1
+rc=$?
+check '[ $rc -eq 2 ] && grep -q "^none fits in 0.01 GB a rank" "$T/none"'
+# --compute: a GPU's rate for a model this machine cannot hold
+"$BIN" plan "$TINY" model_config="$ROOT/bench/configs/qwen3-4b.json" cutoff_len=2048 per_device_train_batch_size=1 \
+  --machines 4 --ranks-per-machine 8 --link 10gbit --compute 400 --memory 80 >"$T/gpu" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "4 machine(s) x 8 rank(s)" "$T/gpu" && grep -q "(given;" "$T/gpu"'
+# measured here: one rank's step of the demo model by bench train
+"$BIN" plan "$ROOT/examples/demo_addition.yaml" --machines 2 --link 1gbit >"$T/measured" 2>"$T/measured.err"
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "(measured here;" "$T/measured" && grep -q "bench train" "$T/measured.err"'
+# a hostfile: without a recorded link, one line saying how to measure it; with one, it is used
+printf 'nodeA slots=2\nnodeB slots=2\n' >"$T/hosts"
+TANDEM_BENCH_LOG=$T/none.jsonl "$BIN" plan "$TINY" --hostfile "$T/hosts" --step-time 0.612 >"$T/h1" 2>&1
+rc=$?
+check '[ $rc -eq 1 ] && [ "$(wc -l <"$T/h1")" -eq 1 ] && grep -q "no link measurement between the machines of .*bench allreduce" "$T/h1"'
+printf '{"hosts": ["nodeA", "nodeB"], "ranks": 4, "bytes": 1e8, "seconds": 10, "machine_Bps": 5000000, "time": %s}\n' \
+  "$(date +%s)" >"$T/log.jsonl"
+TANDEM_BENCH_LOG=$T/log.jsonl "$BIN" plan "$TINY" --hostfile "$T/hosts" --step-time 0.612 >"$T/h2" 2>&1
+check 'grep -q "2 machine(s) x 2 rank(s), link 5.00 MB/s each way (measured by bench allreduce)" "$T/h2"'
+# a 2-rank run on two faked machines sets its measured step beside the plan: without a recorded link it says so;
+# with one (bench allreduce's record for this host) it predicts the config's own strategy
+if command -v mpirun >/dev/null 2>&1; then
+  [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  train2() { # NAME: two ranks, machines m0 and m1
+    TANDEM_BENCH_LOG=$T/$1.jsonl OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1 timeout 300 mpirun -n 2 --bind-to none \
+      -x OMP_NUM_THREADS -x TANDEM_BENCH_LOG sh -c 'export TANDEM_NODE_NAME=m$OMPI_COMM_WORLD_RANK; exec "$0" "$@"' \
+      "$BIN" train "$ROOT/examples/demo_addition.yaml" max_steps=8 logging_steps=4 output_dir="$T/$1" >"$T/$1.log" 2>&1
+  }
+  train2 run-unmeasured
+  check 'grep -q "^tandem: plan: .* s a step measured (.* s of it compute); the link between these machines was never measured" "$T/run-unmeasured.log"'
+  # the record names hosts as gethostname() does (faked machines share this host's name)
+  printf '{"hosts": ["%s"], "ranks": 2, "bytes": 1e9, "seconds": 0.5, "machine_Bps": 2e9, "time": %s}\n' \
+    "$(hostname)" "$(date +%s)" >"$T/run-measured.jsonl"
+  train2 run-measured
+  check 'grep -q "^tandem: plan: .* s a step measured (.* s of it compute), .* s predicted for ddp" "$T/run-measured.log"'
+  # the dashboard's plan panel reads the prediction from the output folder
+  check 'python3 -c "import json,sys; p = json.load(open(sys.argv[1])); assert p[\"strategy\"] == \"ddp\" and p[\"step_s\"] > 0 and p[\"memory_per_rank\"] > 0" "$T/run-measured/tandem_plan.json"'
+  # the prediction is the measured compute plus the exchange over 2 GB/s: within a factor 2 of the step here
+  check 'awk "/^tandem: plan: .* predicted/ { m = \$3; p = \$13; exit !(p > m / 2 && p < 2 * m) }" "$T/run-measured.log"'
+else
+  echo "test_plan: mpirun absent: the in-run check is not tested"
+fi
+# bad arguments: one line each
+for args in "--link fast --machines 2" "--machines 0" "--frobnicate" "--machines 2" "--step-time -1" \
+            "--hostfile $T/absent --link 1gbit"; do
+  # shellcheck disable=SC2086
+  "$BIN" plan "$TINY" $args >"$T/bad" 2>&1
+  rc=$?
+  check '[ $rc -eq 1 ] && [ "$(wc -l <"$T/bad")" -eq 1 ]'
+done
+"$BIN" plan >"$T/noarg" 2>&1
+rc=$?
+check '[ $rc -eq 1 ] && grep -q "expected CONFIG.yaml" "$T/noarg"'
+"$BIN" plan "$TINY" lora_rnak=8 --machines 1 --step-time 1 >"$T/key" 2>&1
+check 'grep -q "lora_rnak" "$T/key" && [ "$(wc -l <"$T/key")" -eq 1 ]'
+echo "test_plan: $checks checks, $fails failed"
+[ "$fails" -eq 0 ]

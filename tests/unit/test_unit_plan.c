@@ -1,0 +1,156 @@
+/* test_unit_plan -- the plan's cost model (trainer/plan.h) against step times and memory worked out by hand from
+ * each strategy's schedule, the choice it makes, and its link-rate parser. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "testlib.h"
+#include "trainer/plan.h"
+#include "trainer/plan_check.h"
+
+/* 1M trainable parameters (G = 4 MB of gradients), 1 s of compute, a third of it forward, 8 buckets. */
+static tn_plan_job job_1m(void) {
+    tn_plan_job j;
+    memset(&j, 0, sizeof j);
+    j.trainable = 1e6, j.compute_s = 1, j.forward_share = 1.0 / 3, j.backward_share = 2.0 / 3;
+    j.tokens_per_rank = 1000, j.bucket_bytes = 4 * 1048576.0, j.diloco_h = 8;
+    return j;
+}
+
+static tn_plan_cluster cluster(int machines, int ranks, double Bps) {
+    tn_plan_cluster c = {.machines = machines, .ranks_per_machine = ranks, .link_Bps = Bps, .local_Bps = 5e9};
+    return c;
+}
+
+/* One rank alone: nothing to exchange, every strategy is its compute; memory by the ZeRO formulas (N = 1). */
+static void test_single_rank(void) {
+    tn_plan_job j = job_1m();
+    j.act_bytes = 1e6;
+    tn_plan_cluster c = cluster(1, 1, 1e6);
+    tn_plan_row r[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    for (int s = 0; s < TN_PLAN_N; s++) CHECK_NEAR(r[s].step_s, 1.0, 1e-12);
+    CHECK_NEAR(r[TN_PLAN_DDP].memory_bytes, 16e6 + 1e6, 1e-3);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].memory_bytes, 16e6 + 1e6, 1e-3);
+    CHECK(tn_plan_best(r) == TN_PLAN_DDP);
+}
+
+/* Two machines, 1 MB/s, no latency. DDP: the 4 MB all-reduce puts 2 (M-1)/M G = 4 MB each way = 4 s on the link,
+ * starting when the first bucket is ready (forward 1/3 s + an eighth of backward 1/12 s): 4.41667 s. bf16 sends
+ * (M-1) G/2 = 2 MB: 2 s + 5/12 s. ZeRO-2: compute + a gather and a reduce-scatter of one shard of 2 MB: 1 + 2 + 2.
+ * ZeRO-3: both passes wait for 4 MB of gathers each (4 s > compute), then the last shard's 2 s: 10 s. DiLoCo:
+ * 4 MB every 8 steps, 4 s hidden behind 8 s of compute; its round end 6 passes over 4 MB at 5 GB/s. */
+static void test_two_machines(void) {
+    tn_plan_job j = job_1m();
+    tn_plan_cluster c = cluster(2, 1, 1e6);
+    tn_plan_row r[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 4 + 1.0 / 3 + 1.0 / 12, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_DDP].link_bytes, 4e6, 1e-6);
+    CHECK_NEAR(r[TN_PLAN_DDP_BF16].step_s, 2 + 1.0 / 3 + 1.0 / 12, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_ZERO2].step_s, 5.0, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].step_s, 10.0, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_DILOCO].step_s, 1 + 6 * 4e6 / 5e9 / 8, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_DILOCO].link_bytes, 4e6 / 8, 1e-6);
+    CHECK_NEAR(r[TN_PLAN_ZERO2].memory_bytes, 4 * 1e6 + 12 * 1e6 / 2, 1e-3);
+    CHECK_NEAR(r[TN_PLAN_ZERO1].memory_bytes, 8 * 1e6 + 8 * 1e6 / 2, 1e-3);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].memory_bytes, 16 * 1e6 / 2, 1e-3);
+    /* a round that outlasts its compute shows: 100 kB/s makes DiLoCo's 4 MB take 40 s against 8 s */
+    c.link_Bps = 1e5;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DILOCO].step_s, 1 + (40 - 8 + 6 * 4e6 / 5e9) / 8, 1e-9);
+    /* compute-bound (a fast link): DDP ends with the last bucket, 1 + 4 MB / 8 over 1 GB/s */
+    c.link_Bps = 1e9;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 1 + 4e6 / 1e9 / 8, 1e-12);
+    CHECK(tn_plan_best(r) == TN_PLAN_DDP); /* DiLoCo is not 5% faster: the simpler one wins */
+}
+
+/* Four machines: all-reduce bytes 2 (3/4) G each way; encodings all-gathered: 3 E. */
+static void test_four_machines(void) {
+    tn_plan_job j = job_1m();
+    tn_plan_cluster c = cluster(4, 1, 1e6);
+    tn_plan_row r[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].link_bytes, 6e6, 1e-6);
+    CHECK_NEAR(r[TN_PLAN_DDP_BF16].link_bytes, 6e6, 1e-6);
+    CHECK_NEAR(r[TN_PLAN_DDP_INT8].link_bytes, 3e6 * (1 + 4.0 / 256), 1e-6);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].memory_bytes, 16e6 / 4, 1e-3);
+    /* memory decides: with 6 MB a rank only ZeRO-3's 4 MB fits */
+    c.rank_memory_bytes = 6e6;
+    tn_plan_predict(&j, &c, r);
+    CHECK(tn_plan_best(r) == TN_PLAN_ZERO3);
+    c.rank_memory_bytes = 1e6;
+    tn_plan_predict(&j, &c, r);
+    CHECK(tn_plan_best(r) == -1);
+}
+
+/* Encoding costs the step's core: int8 at 10 ns a float to encode and 1 ns to decode each of 2 encodings. */
+static void test_codec_cost(void) {
+    tn_plan_job j = job_1m();
+    j.encode_s[2] = 1e-8, j.decode_s[2] = 1e-9;
+    tn_plan_cluster c = cluster(2, 1, 1e9);
+    tn_plan_row r[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    double link = 1e6 * (1 + 4.0 / 256) / 1e9;
+    CHECK_NEAR(r[TN_PLAN_DDP_INT8].step_s, 1 + link / 8 + 1e6 * (1e-8 + 2e-9), 1e-12);
+}
+
+static void test_parse_link(void) {
+    double v = 0;
+    CHECK(tn_plan_parse_link("--link", "100mbit", &v) == 0);
+    CHECK_NEAR(v, 100e6 / 8 * 0.915, 1e-6);
+    CHECK(tn_plan_parse_link("--link", "10Gbit", &v) == 0);
+    CHECK_NEAR(v, 10e9 / 8 * 0.915, 1e-3);
+    CHECK(tn_plan_parse_link("--link", "11.44e6", &v) == 0);
+    CHECK_NEAR(v, 11.44e6, 1e-9);
+    CHECK(tn_plan_parse_link("--link", "fast", &v) == -1);
+    CHECK(strstr(tn_errmsg(), "--link 'fast'") != NULL);
+    CHECK(tn_plan_parse_link("--link", "10tbit", &v) == -1);
+    CHECK(tn_plan_parse_link("--link", "-5", &v) == -1);
+    CHECK(tn_plan_parse_link("--link", "nan", &v) == -1);
+}
+
+/* What a run prints beside the plan: its own prediction always; the warning only when the best strategy is
+ * predicted more than 2x faster than measured, naming the keys that select it. */
+static void test_verdict(void) {
+    tn_train_config cfg;
+    tn_train_config_defaults(&cfg);
+    snprintf(cfg.source_path, sizeof cfg.source_path, "run.yaml");
+    tn_plan_job j = job_1m();
+    tn_plan_cluster c = cluster(2, 1, 1e6);
+    tn_plan_row r[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    tn_plan_verdict(&cfg, r, 4.5, 1.0, f); /* DiLoCo predicted ~1.0 s: 4.5x */
+    fclose(f);
+    CHECKF(strstr(text, "4.500 s a step measured (1.000 s of it compute), 4.417 s predicted for ddp") != NULL, "%s", text);
+    CHECKF(strstr(text, "warning: this run is link-bound: diloco (sync_mode: diloco) is predicted 1.001 s a step, 4.5x "
+                        "faster than measured") != NULL, "%s", text);
+    free(text);
+    f = open_memstream(&text, &len);
+    tn_plan_verdict(&cfg, r, 1.9, 1.0, f); /* within 2x of the best: no warning */
+    fclose(f);
+    CHECKF(strstr(text, "warning") == NULL && strstr(text, "1.900 s a step measured") != NULL, "%s", text);
+    free(text);
+    cfg.sync_mode = TN_SYNC_DILOCO; /* already the best: no warning however slow */
+    f = open_memstream(&text, &len);
+    tn_plan_verdict(&cfg, r, 9.0, 1.0, f);
+    fclose(f);
+    CHECKF(strstr(text, "warning") == NULL && strstr(text, "predicted for diloco") != NULL, "%s", text);
+    free(text);
+}
+
+int main(void) {
+    test_verdict();
+    test_single_rank();
+    test_two_machines();
+    test_four_machines();
+    test_codec_cost();
+    test_parse_link();
+    return tl_done("test_unit_plan");
+}
