@@ -93,14 +93,12 @@ static const page PAGES[] = {
      INFER_ARGS
      "  keys: model_name_or_path, adapter_name_or_path, template, default_system, enable_thinking, do_sample,\n"
      "        temperature, top_p, top_k, repetition_penalty, max_new_tokens (LLaMA-Factory's defaults)\n"
-     "  --image FILE    an image for a vision-language model, with the first message (repeatable, up to 16)\n"
      "  --help, -h      this page\n"},
     {"generate", NULL, "generate CONFIG.yaml --prompt TEXT [--image FILE ...] [--stats] [key=value ...]",
      "one answer to TEXT, through the template (the keys of chat), streamed as it is generated",
      "  --prompt TEXT   the user's message\n"
      "  --image FILE    an image of the prompt (vision-language models; repeatable; <image> in TEXT places it)\n"
      "  --stats         print time to first token and tokens/s to stderr\n"
-     "  --image FILE    an image for a vision-language model, given with the prompt (repeatable, up to 16)\n"
      INFER_ARGS
      "  --help, -h      this page\n"},
     {"api", NULL, "api CONFIG.yaml [key=value ...]",
