@@ -39,12 +39,6 @@ cp -r "$LF/examples" "$T/lf/examples"
 cd "$T/lf" || exit 1
 "$BIN" init-model "$ROOT/examples/tiny-qwen3-vl/config.json" models/qwen3vl --tokenizer "$SHARED/data/tokenizers/qwen3" \
   >"$T/init.log" 2>&1
-# PENDING(i25m): until the VL models land, a tandem that cannot make a qwen3_vl model skips this test. The lead
-# removes this block when merging them; from then on a failed init-model fails the checks below.
-if [ ! -s models/qwen3vl/config.json ]; then
-  echo "test_lf_vl_examples: skipped (tandem init-model cannot create a qwen3_vl model yet: $(grep -m1 . "$T/init.log"))"
-  exit 77
-fi
 check 'grep -Eq "\"model_type\":[[:space:]]*\"qwen3_vl\"" models/qwen3vl/config.json && [ -s models/qwen3vl/preprocessor_config.json ]'
 M="model_name_or_path=models/qwen3vl"
 

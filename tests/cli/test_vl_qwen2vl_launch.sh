@@ -32,12 +32,6 @@ cd "$T/lf" || exit 1
 check '[ -s data/20250106_visionocr_meisutrain/meisu_img_recognize.json ]'
 "$BIN" init-model "$ROOT/examples/tiny-qwen2-vl/config.json" models/Qwen2-VL-7B-Instruct \
   --tokenizer "$SHARED/data/tokenizers/qwen3" >"$T/init.log" 2>&1
-# PENDING(i25m): until the VL models land, a tandem that cannot make a qwen2_vl model skips this test. The lead
-# removes this block when merging them; from then on a failed init-model fails the checks below.
-if [ ! -s models/Qwen2-VL-7B-Instruct/config.json ]; then
-  echo "test_vl_qwen2vl_launch: skipped (tandem init-model cannot create a qwen2_vl model yet: $(grep -m1 . "$T/init.log"))"
-  exit 77
-fi
 check 'grep -Eq "\"model_type\":[[:space:]]*\"qwen2_vl\"" models/Qwen2-VL-7B-Instruct/config.json'
 OV="model_name_or_path=models/Qwen2-VL-7B-Instruct max_steps=3"
 OUT=output/20250106_visionocr_meisutrain
