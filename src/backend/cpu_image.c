@@ -6,7 +6,10 @@
 #include "backend/image_kernels.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "core/core.h"
 
 static void bn_train(float *y, float *mean, float *rstd, float *run_mean, float *run_var, const float *x,
                      const float *gamma, const float *beta, int C, int M, float eps, float momentum) {
@@ -58,6 +61,61 @@ static void bn_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
         float *dxc = dx + (size_t)c * M;
         for (int i = 0; i < M; i++) dxc[i] = k * (dyc[i] - mdy - (xc[i] - m) * r * mdyx);
     }
+}
+
+static void bn_train_sync(float *y, float *mean, float *rstd, float *run_mean, float *run_var, const float *x,
+                          const float *gamma, const float *beta, int C, int M, float eps, float momentum,
+                          const tn_bn_sync *sync) {
+    double *buf = tn_xcalloc((size_t)2 * C + 1, sizeof *buf); /* sum x [C], sum x^2 [C], count */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int c = 0; c < C; c++) {
+        const float *xc = x + (size_t)c * M;
+        double s = 0.0, ss = 0.0;
+        for (int i = 0; i < M; i++) s += xc[i], ss += (double)xc[i] * xc[i];
+        buf[c] = s, buf[C + c] = ss;
+    }
+    buf[2 * C] = M;
+    sync->sum(sync->ctx, buf, 2 * C + 1);
+    double n = buf[2 * C];
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        double mu = buf[c] / n, var = fmax(buf[C + c] / n - mu * mu, 0.0);
+        float r = (float)(1.0 / sqrt(var + eps)), m = (float)mu, a = gamma[c] * r, b = beta[c] - m * a;
+        mean[c] = m, rstd[c] = r;
+        const float *xc = x + (size_t)c * M;
+        float *yc = y + (size_t)c * M;
+        for (int i = 0; i < M; i++) yc[i] = xc[i] * a + b;
+        float unbiased = n > 1 ? (float)(var * n / (n - 1)) : (float)var;
+        run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * m;
+        run_var[c] = (1.0f - momentum) * run_var[c] + momentum * unbiased;
+    }
+    free(buf);
+}
+
+static void bn_backward_sync(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x, const float *mean,
+                             const float *rstd, const float *gamma, int C, int M, const tn_bn_sync *sync) {
+    double *buf = tn_xcalloc((size_t)2 * C + 1, sizeof *buf); /* sum dy [C], sum dy xhat [C], count */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int c = 0; c < C; c++) {
+        const float *xc = x + (size_t)c * M, *dyc = dy + (size_t)c * M;
+        float m = mean[c], r = rstd[c];
+        double sdy = 0.0, sdyx = 0.0;
+        for (int i = 0; i < M; i++) sdy += dyc[i], sdyx += (double)dyc[i] * ((xc[i] - m) * r);
+        buf[c] = sdy, buf[C + c] = sdyx;
+        dgamma[c] += (float)sdyx;
+        dbeta[c] += (float)sdy;
+    }
+    buf[2 * C] = M;
+    sync->sum(sync->ctx, buf, 2 * C + 1);
+    double n = buf[2 * C];
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        const float *xc = x + (size_t)c * M, *dyc = dy + (size_t)c * M;
+        float m = mean[c], r = rstd[c], k = gamma[c] * r, mdy = (float)(buf[c] / n), mdyx = (float)(buf[C + c] / n);
+        float *dxc = dx + (size_t)c * M;
+        for (int i = 0; i < M; i++) dxc[i] = k * (dyc[i] - mdy - (xc[i] - m) * r * mdyx);
+    }
+    free(buf);
 }
 
 static void relu_forward(float *y, const float *x, size_t n) {
@@ -185,6 +243,8 @@ const tn_image_kernels tn_cpu_image_table = {
     .batchnorm_train = bn_train,
     .batchnorm_eval = bn_eval,
     .batchnorm_backward = bn_backward,
+    .batchnorm_train_sync = bn_train_sync,
+    .batchnorm_backward_sync = bn_backward_sync,
     .relu_forward = relu_forward,
     .relu_backward = relu_backward,
     .maxpool_forward = maxpool_forward,

@@ -18,10 +18,19 @@ typedef struct {
     int OH, OW;             /* output [OC, N, OH, OW]: (H + 2 pad - KH) / stride + 1 */
 } tn_conv_shape;
 
-/* Fills OH, OW; -1 when the kernel does not fit the padded input. */
+#define TN_CONV_MAX_TAPS 256 /* KH x KW */
+/* Fills OH, OW; -1 when the kernel does not fit the padded input (or has more than TN_CONV_MAX_TAPS taps). */
 int tn_conv_shape_finish(tn_conv_shape *s);
-/* Floats of scratch a convolution of shape s needs (its column matrix; 0 for a 1x1, stride 1, pad 0 one). */
+/* Floats of scratch a convolution of shape s needs (its column matrix and two copies of the weights; 0 for a 1x1,
+ * stride 1, pad 0 one). */
 size_t tn_conv_scratch_floats(const tn_conv_shape *s);
+
+/* SyncBatchNorm across data-parallel ranks: sum(ctx, buf, n) replaces buf[0..n) by its sum over the ranks (host
+ * memory; a failure is the caller's to record in ctx and report after the step). */
+typedef struct {
+    void (*sum)(void *ctx, double *buf, int n);
+    void *ctx;
+} tn_bn_sync;
 
 typedef struct tn_image_kernels {
     /* y [OC, N*OH*OW] = conv(x, w) (no bias, as torchvision's convolutions); scratch: tn_conv_scratch_floats */
@@ -41,6 +50,16 @@ typedef struct tn_image_kernels {
     /* dx written (may be dy itself); dgamma, dbeta += */
     void (*batchnorm_backward)(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                                const float *mean, const float *rstd, const float *gamma, int C, int M);
+
+    /* SyncBatchNorm (torch.nn.SyncBatchNorm): as batchnorm_train and batchnorm_backward with the per-channel sums
+     * (count, sum x, sum x^2; sum dy, sum dy xhat) summed over the ranks by sync before use, mean and variance from
+     * the double sums; dgamma, dbeta += this rank's own sums (the gradient all-reduce adds the ranks' up). */
+    void (*batchnorm_train_sync)(float *y, float *mean, float *rstd, float *run_mean, float *run_var, const float *x,
+                                 const float *gamma, const float *beta, int C, int M, float eps, float momentum,
+                                 const tn_bn_sync *sync);
+    void (*batchnorm_backward_sync)(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                                    const float *mean, const float *rstd, const float *gamma, int C, int M,
+                                    const tn_bn_sync *sync);
 
     void (*relu_forward)(float *y, const float *x, size_t n);       /* y may be x */
     void (*relu_backward)(float *d, const float *y, size_t n);      /* d *= (y > 0), y the ReLU's output */

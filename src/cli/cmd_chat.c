@@ -6,11 +6,13 @@
  * top_p, top_k, repetition_penalty, max_new_tokens (LLaMA-Factory's defaults). Prompts go through the same
  * template code as training, so the model sees exactly the ids it was trained on. Answers stream as they are
  * generated; chat keeps the conversation's KV cache between turns, so a turn computes only its new tokens. A line
- * "clear" starts a new conversation, "exit" (or end of input) leaves.
+ * "clear" starts a new conversation, "exit" (or end of input) leaves. An empty prompt or message is refused in one
+ * line; generation that shows nothing for a few seconds prints a progress line on stderr (quiet_watch.h).
  * Vision-language models: `--image FILE` (repeatable) gives the prompt's images (generate; chat: its first turn),
  * prepared as training prepares them (the model folder's preprocessor_config.json); each `<image>` of the text
  * takes the next one, expanded as in training (LLaMA-Factory's mm_plugin), and a text without `<image>` gets them in
  * front. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,7 @@
 #include "data/image.h"
 #include "data/vl_processor.h"
 #include "infer/infer.h"
+#include "outputs/quiet_watch.h"
 
 #define MAX_IMAGES 16
 
@@ -83,6 +86,23 @@ typedef struct {
     double t_start, t_first, t_end;
 } answer_stats;
 
+/* piece holds something a reader sees (not only white space). */
+static int printable(const char *piece) {
+    for (const unsigned char *p = (const unsigned char *)piece; *p; p++)
+        if (!isspace(*p)) return 1;
+    return 0;
+}
+
+/* Seconds of generation that show nothing (white space, tokens that print nothing, a long prefill) get a line on
+ * stderr every few seconds saying that it runs and how far it is (quiet_watch.h). */
+static void progress_line(tn_quiet *q, const answer_stats *st, int n_new, int shown, int max_new) {
+    double now = tn_now(), quiet_s = tn_quiet_for(q, now);
+    if (tn_quiet_tick(q, now, shown))
+        fprintf(stderr, "tandem: generating: %d of at most %d new tokens (max_new_tokens) in %.0f s, %.1f tokens/s; "
+                        "nothing printable for %.0f s\n", n_new, max_new, now - st->t_start,
+                n_new / (now - st->t_start), quiet_s);
+}
+
 /* Streams the answer to turns[0..n) to out (when not NULL); returns the whole text (malloc'd) or NULL + tn_err. */
 /* ci: the conversation's images (their tags are in turns[0]); mm: the images to prefill (NULL: already cached) */
 static char *answer(tn_infer *s, tn_gen *g, const char *const *turns, int n, uint64_t seed, FILE *out,
@@ -101,6 +121,8 @@ static char *answer(tn_infer *s, tn_gen *g, const char *const *turns, int n, uin
     tn_text_stream ts = {0};
     size_t len = 0;
     char *text = tn_xstrdup("");
+    tn_quiet quiet;
+    tn_quiet_start(&quiet, 0, st->t_start);
     for (tn_gen_event ev; (rc = tn_gen_step(g, &ev)) > 0;) {
         if (ev.prefilled) st->t_first = tn_now();
         int k;
@@ -111,6 +133,7 @@ static char *answer(tn_infer *s, tn_gen *g, const char *const *turns, int n, uin
         memcpy(text + len, piece, pl + 1);
         len += pl;
         if (out && pl) fputs(piece, out), fflush(out);
+        progress_line(&quiet, st, k, printable(piece), s->cfg->max_new_tokens);
         free(piece);
     }
     st->t_end = tn_now();
@@ -156,6 +179,7 @@ int tn_cmd_generate(int argc, char **argv) {
     char *expanded = NULL;
     int rc = load_cfg(argc, argv, &cfg, &prompt, &stats, &ci);
     if (rc == 0 && !prompt) rc = tn_err("generate needs --prompt TEXT");
+    if (rc == 0 && !printable(prompt)) rc = tn_err("generate: --prompt is empty: give the text the model answers");
     if (rc == 0) rc = tn_infer_open(&s, &cfg, 1);
     if (rc == 0) rc = prepare_images(&cfg, s.m, &ci);
     if (rc == 0 && ci.n && !(expanded = with_image_tags(prompt, &ci))) rc = -1;
@@ -214,6 +238,10 @@ int tn_cmd_chat(int argc, char **argv) {
             for (int i = 0; i < n; i++) free(turns[i]);
             n = 0;
             printf("History has been removed.\n");
+            continue;
+        }
+        if (!printable(line)) { /* refused in a line, as generate does: an empty turn says nothing to answer */
+            printf("(an empty message: type one, \"clear\" or \"exit\")\n");
             continue;
         }
         turns = tn_xrealloc(turns, (size_t)(n + 2) * sizeof *turns);

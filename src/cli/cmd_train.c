@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "comm/comm.h"
 #include "config/deepspeed_config.h"
@@ -15,6 +16,7 @@
 #include "launch/pernode.h"
 #include "launch/rank_watch.h"
 #include "trainer/job.h"
+#include "trainer/family.h"
 #include "trainer/replica.h"
 
 /* Threads per rank: the launcher's OMP_NUM_THREADS when set, else this machine's cores shared by its ranks. */
@@ -73,6 +75,11 @@ int tn_cli_load_train_config(int argc, char **argv, int world, tn_train_config *
         ds_stage = ds.zero_stage;
     }
     if (rc == 0) rc = pick_zero_stage(cfg, ds_stage);
+    if (rc == 0) { /* bf16's note: what the backend this run gets does with it, one line */
+        char line[256];
+        tn_backend_precision(cfg->device, cfg->bf16, line, sizeof line);
+        tn_train_config_reword_note(cfg, "bf16", line);
+    }
     return rc;
 }
 
@@ -144,7 +151,7 @@ int tn_cmd_train(int argc, char **argv) {
         collective = rc != 0;
     }
     if (rc == 0 && in->rank == 0) tn_train_config_print_notices(&cfg, stdout); /* keys of the Python world */
-    if (rc == 0 && cfg.do_train) rc = tn_job_train(&cfg, comm, cfg_fp);
+    if (rc == 0 && cfg.do_train) rc = tn_family_train(&cfg, comm, cfg_fp); /* the model family's job (family.h) */
     if (rc == 0 && cfg.do_predict) rc = predict_after(&cfg, comm);
     if (rc == -1) {
         if (in->size > 1 && !collective)

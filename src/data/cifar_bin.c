@@ -27,9 +27,12 @@ static int load_batch(const char *path, tn_image_set *s) {
     s->labels = tn_xrealloc(s->labels, (size_t)(s->n + n) * sizeof *s->labels);
     for (int r = 0; r < n; r++) {
         const uint8_t *rec = (const uint8_t *)data + (size_t)r * CIFAR_RECORD;
-        if (rec[0] >= CIFAR_CLASSES)
-            return free(data), tn_err("%s: record %d: label %d is not a CIFAR-10 class (0..9)", path, r, rec[0]);
-        s->labels[s->n + r] = rec[0];
+        int label = rec[0];
+        if (label >= CIFAR_CLASSES) {
+            free(data);
+            return tn_err("%s: record %d: label %d is not a CIFAR-10 class (0..9)", path, r, label);
+        }
+        s->labels[s->n + r] = label;
         memcpy(s->px + (size_t)(s->n + r) * CIFAR_PIXELS, rec + 1, CIFAR_PIXELS);
     }
     s->n += n;
@@ -55,7 +58,7 @@ static int load_meta(const char *dir, tn_image_set *s) {
     int bad = text && k != CIFAR_CLASSES;
     if (bad) tn_err("%s: %d class names, CIFAR-10 has 10 (one per line)", path, k);
     for (; k < CIFAR_CLASSES; k++) {
-        char b[4];
+        char b[12];
         snprintf(b, sizeof b, "%d", k);
         s->class_names[k] = tn_xstrdup(b);
     }

@@ -31,6 +31,8 @@ int tn_cifar10_load(const char *dir, int train, tn_image_set *s);
  * (IMG_EXTENSIONS); an image that does not decode is one line naming it. */
 int tn_image_folder_load(const char *dir, int size, tn_image_set *s);
 void tn_image_set_free(tn_image_set *s);
+/* The demo's learnable task, generated (demo_shapes.c): n 32x32 images of 4 shape classes; split 0 train, 1 held out. */
+int tn_demo_shapes(int n, int split, uint64_t seed, tn_image_set *s);
 
 typedef struct {
     int crop_pad;           /* RandomCrop(H, padding=crop_pad) with zero fill; 0: no crop */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "trainer/memory_check.h"
 
 static void add_stop(tn_infer *s, int32_t id) {
     if (id < 0) return;
@@ -49,6 +50,7 @@ int tn_infer_open(tn_infer *s, const tn_train_config *cfg, int merge_lora) {
     tn_lora_config lora = {0};
     int rc = tn_model_config_load(cfg_path, &mc);
     if (rc == 0 && cfg->adapter_name_or_path[0]) rc = tn_lora_config_load(cfg->adapter_name_or_path, &lora);
+    if (rc == 0) rc = tn_memory_check_create(cfg_path, &mc, lora.r > 0);
     if (rc == 0) {
         lora.dropout = 0;
         s->m = tn_model_create(&mc, lora.r ? &lora : NULL, tn_backend_cpu());

@@ -308,9 +308,10 @@ int tn_model_copy_tokenizer_files(const char *from, const char *to) {
         char *src = tn_path_join(from, TOKENIZER_FILES[i]), *dst = tn_path_join(to, TOKENIZER_FILES[i]);
         size_t n = 0;
         char *data = tn_file_exists(src) ? tn_read_file(src, &n, (size_t)1 << 30) : NULL;
-        if (data && tn_write_file_atomic(dst, data, n) == 0) copied++;
-        else if (data) copied = -1000; /* a failed write: report below */
+        int ok = !data || tn_write_file_atomic(dst, data, n) == 0; /* tn_err of a failed write names it and why */
+        copied += data && ok;
         free(data), free(src), free(dst);
+        if (!ok) return -1;
     }
     return copied;
 }

@@ -68,6 +68,10 @@ int tn_resnet_load(tn_resnet *m, const char *dir);
  * strictly), each atomic. */
 int tn_resnet_save(const tn_resnet *m, const char *dir);
 
+/* Synchronised batch statistics across data-parallel ranks in train mode (torch.nn.SyncBatchNorm); NULL: each
+ * rank's own batch (DDP's default). sync is borrowed. */
+void tn_resnet_set_sync_bn(tn_resnet *m, const void *sync /* const tn_bn_sync * (backend/image_kernels.h) */);
+
 /* ---- passes (resnet_forward.c). Images are host memory [N, C, H, W] (torch's layout), labels host [N]. */
 /* Workspace for batches of up to B images of side H x W (allocated on first use or when a larger batch comes). */
 int tn_resnet_reserve(tn_resnet *m, int B, int H, int W);

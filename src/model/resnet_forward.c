@@ -87,7 +87,10 @@ static void bn_fwd(tn_resnet *m, const rn_bn *b, float *y, const float *x, int M
     const float *P = m->params;
     float *B = m->buffers;
     size_t row = (size_t)b->idx * (m->cfg.base_width << 3);
-    if (train)
+    if (train && m->sync_bn)
+        m->ik->batchnorm_train_sync(y, m->mean + row, m->rstd + row, B + b->rm, B + b->rv, x, P + b->g, P + b->b, b->C,
+                                    M, (float)m->cfg.bn_eps, (float)m->cfg.bn_momentum, m->sync_bn);
+    else if (train)
         m->ik->batchnorm_train(y, m->mean + row, m->rstd + row, B + b->rm, B + b->rv, x, P + b->g, P + b->b, b->C, M,
                                (float)m->cfg.bn_eps, (float)m->cfg.bn_momentum);
     else
@@ -135,8 +138,12 @@ static void forward(tn_resnet *m, int N, int train) {
 
 static void bn_bwd(tn_resnet *m, const rn_bn *b, float *dx, const float *dy, const float *x, int M) {
     size_t row = (size_t)b->idx * (m->cfg.base_width << 3);
-    m->ik->batchnorm_backward(dx, m->grad + b->g, m->grad + b->b, dy, x, m->mean + row, m->rstd + row,
-                              m->params + b->g, b->C, M);
+    if (m->sync_bn)
+        m->ik->batchnorm_backward_sync(dx, m->grad + b->g, m->grad + b->b, dy, x, m->mean + row, m->rstd + row,
+                                       m->params + b->g, b->C, M, m->sync_bn);
+    else
+        m->ik->batchnorm_backward(dx, m->grad + b->g, m->grad + b->b, dy, x, m->mean + row, m->rstd + row,
+                                  m->params + b->g, b->C, M);
 }
 
 static void conv_bwd(tn_resnet *m, const rn_conv *c, float *dx, int acc, const float *dy, const float *x) {
@@ -192,6 +199,8 @@ double tn_resnet_forward_backward(tn_resnet *m, const float *images, const int32
     backward(m, N);
     return loss;
 }
+
+void tn_resnet_set_sync_bn(tn_resnet *m, const void *sync) { m->sync_bn = sync; }
 
 void tn_resnet_logits(tn_resnet *m, const float *images, int N, float *logits_host) {
     upload_images(m, images, N);

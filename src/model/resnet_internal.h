@@ -42,6 +42,7 @@ struct tn_resnet {
     size_t fc_w, fc_b;
     int feat;                        /* channels into fc */
     int64_t batches_tracked;         /* num_batches_tracked (train-mode forwards) */
+    const tn_bn_sync *sync_bn;       /* SyncBatchNorm across ranks; NULL: per-rank statistics (DDP's default) */
     /* workspace (tn_resnet_reserve) */
     int cap_B, cap_H, cap_W;
     float *x, *c0, *b0, *p0;         /* input, stem conv, stem BN (ReLU'd), max-pool */

@@ -199,6 +199,41 @@ static void check_batchnorm(void) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be->free(all[i]);
 }
 
+/* SyncBatchNorm seen by one of two ranks holding the same data: the summed statistics are twice this rank's, so
+ * outputs, saved statistics and input gradients equal the local kernel's (within fp32 roundings of the one-pass
+ * variance: 8 u relative on var for these well-centred values), dgamma/dbeta add this rank's own sums, and the
+ * running variance takes the unbiased variance of 2M values: var 2M / (2M - 1). */
+static void twice(void *ctx, double *b, int n) {
+    (void)ctx;
+    for (int i = 0; i < n; i++) b[i] *= 2;
+}
+
+static void check_batchnorm_sync(void) {
+    const int C = 2, M = 29;
+    size_t n = (size_t)C * M;
+    float *x = buf(n), *dy = buf(n), *g = buf(C), *b = buf(C), *y1 = buf(n), *y2 = buf(n), *dx1 = buf(n), *dx2 = buf(n);
+    float *m1 = buf(C), *r1 = buf(C), *m2 = buf(C), *r2 = buf(C), *rm1 = buf(C), *rv1 = buf(C), *rm2 = buf(C), *rv2 = buf(C);
+    float *dg1 = buf(C), *db1 = buf(C), *dg2 = buf(C), *db2 = buf(C);
+    fill(x, n, -1, 2), fill(dy, n, -1, 1), fill(g, C, 0.5, 1.5), fill(b, C, -0.5, 0.5);
+    for (int c = 0; c < C; c++) rv1[c] = rv2[c] = 1.0f;
+    tn_bn_sync sync = {twice, NULL};
+    ik->batchnorm_train(y1, m1, r1, rm1, rv1, x, g, b, C, M, 1e-5f, 0.1f);
+    ik->batchnorm_train_sync(y2, m2, r2, rm2, rv2, x, g, b, C, M, 1e-5f, 0.1f, &sync);
+    ik->batchnorm_backward(dx1, dg1, db1, dy, x, m1, r1, g, C, M);
+    ik->batchnorm_backward_sync(dx2, dg2, db2, dy, x, m2, r2, g, C, M, &sync);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad += fabs(y1[i] - y2[i]) > 64 * U * (1 + fabs(y1[i])) || fabs(dx1[i] - dx2[i]) > 64 * U * (1 + fabs(dx1[i]));
+    for (int c = 0; c < C; c++) {
+        double var = 1.0 / ((double)r1[c] * r1[c]) - 1e-5;
+        bad += fabs(m1[c] - m2[c]) > 8 * U * (1 + fabs(m1[c])) || fabs(r1[c] - r2[c]) > 16 * U * r1[c];
+        bad += fabs(dg1[c] - dg2[c]) > 8 * U * (1 + fabs(dg1[c])) || db1[c] != db2[c];
+        bad += fabs(rv2[c] - (0.9 + 0.1 * var * 2 * M / (2 * M - 1))) > 1e-5; /* rstd's fp32 rounding: ~1e-7 */
+    }
+    CHECKF(bad == 0, "SyncBatchNorm with two identical ranks: %d values differ from the local kernel's", bad);
+    float *all[] = {x, dy, g, b, y1, y2, dx1, dx2, m1, r1, m2, r2, rm1, rv1, rm2, rv2, dg1, db1, dg2, db2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) be->free(all[i]);
+}
+
 /* ------------------------------------------------------------------ pooling, ReLU */
 
 static void check_maxpool(void) {
@@ -325,9 +360,13 @@ int main(void) {
     check_conv(2, 4, 5, 5, 3, 3, 1, 1);
     check_conv(3, 4, 5, 7, 6, 1, 2, 0); /* downsample */
     check_conv(2, 5, 3, 4, 3, 1, 1, 0); /* pointwise: no columns */
+    check_conv(3, 4, 1, 1, 5, 3, 1, 1); /* 1x1 map, 3x3 pad 1: only the centre tap is live */
+    check_conv(2, 3, 2, 2, 4, 3, 2, 1); /* 2x2 map, 3x3/2 pad 1: 4 live taps */
+    check_conv(2, 3, 2, 3, 2, 5, 1, 2); /* 2x3 map, 5x5 pad 2: partly dead rows and columns */
     tn_conv_shape bad = {.N = 1, .C = 1, .H = 2, .W = 2, .OC = 1, .KH = 5, .KW = 5, .stride = 1, .pad = 1};
     CHECK(tn_conv_shape_finish(&bad) == -1);
     check_batchnorm();
+    check_batchnorm_sync();
     check_maxpool();
     check_relu_avgpool();
     check_cross_entropy();
