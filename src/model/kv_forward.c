@@ -75,7 +75,7 @@ tn_kv *tn_kv_create(tn_model *m, int n_slots, int ctx) {
         kv->vl = 1;
         kv->delta = tn_xcalloc((size_t)n_slots, sizeof *kv->delta);
         kv->new_delta = tn_xcalloc((size_t)n_slots, sizeof *kv->new_delta);
-        kv->va = tn_vision_acts_create();
+        kv->va = tn_vision_acts_create(1);
     }
     return kv;
 }

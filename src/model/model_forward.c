@@ -163,7 +163,7 @@ tn_acts *tn_acts_create(const tn_model *m, int B, int S, int checkpointing) {
         a->vis_model = m;
         a->pos3 = tn_xcalloc((size_t)3 * a->T, sizeof *a->pos3);
         a->img_pos = tn_xcalloc((size_t)a->T, sizeof *a->img_pos);
-        a->va = tn_vision_acts_create();
+        a->va = tn_vision_acts_create(checkpointing);
     } else {
         fill_rope(m, a);
     }

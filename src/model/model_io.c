@@ -156,6 +156,31 @@ int tn_model_save_hf(const tn_model *m, const char *dir, size_t max_shard_bytes)
     return rc;
 }
 
+/* The targets an adapter's tensors name (base_model.model.*.<proj>.lora_A.weight, *.lora_embedding_A). */
+static int targets_from_tensors(const char *adapter_dir, unsigned *mask) {
+    char *path = tn_path_join(adapter_dir, "adapter_model.safetensors");
+    st_file f;
+    int rc = st_open(&f, path);
+    free(path);
+    if (rc != 0) return -1;
+    *mask = 0;
+    for (int i = 0; i < f.n; i++) {
+        const char *n = f.tensors[i].name;
+        if (strstr(n, "visual")) {
+            rc = tn_err("%s: tensor '%s' adapts the vision tower; LoRA there is not supported", f.path, n);
+            break;
+        }
+        if (strstr(n, "embed_tokens.lora_embedding_A")) *mask |= TN_LORA_EMBED;
+        for (int t = 0; t < TN_LT_COUNT; t++) {
+            char key[48];
+            snprintf(key, sizeof key, ".%s.lora_A.", tn_lora_target_names[t]);
+            if (strstr(n, key)) *mask |= 1u << t;
+        }
+    }
+    st_close(&f);
+    return rc != 0 ? -1 : *mask ? 0 : tn_err("%s: no LoRA tensors", adapter_dir);
+}
+
 int tn_lora_config_load(const char *adapter_dir, tn_lora_config *lora) {
     char *path = tn_path_join(adapter_dir, "adapter_config.json");
     size_t len;
@@ -180,7 +205,10 @@ int tn_lora_config_load(const char *adapter_dir, tn_lora_config *lora) {
     lora->alpha = cJSON_IsNumber(alpha) ? alpha->valuedouble : 8.0; /* PEFT default lora_alpha = 8 */
     lora->dropout = cJSON_IsNumber(drop) ? drop->valuedouble : 0.0;
     if (cJSON_IsString(tm)) {
-        if (tn_lora_parse_targets(tm->valuestring, &lora->targets) != 0) {
+        /* a list of names, or a regex (older LLaMA-Factory for VL models: "^(?!.*visual).*(?:q_proj|...).*"): then
+         * the adapted projections are those the adapter's tensors name, as PEFT matched them */
+        if (tn_lora_parse_targets(tm->valuestring, &lora->targets) != 0 &&
+            (!strpbrk(tm->valuestring, "^(|*") || targets_from_tensors(adapter_dir, &lora->targets) != 0)) {
             tn_err("%s: target_modules: %s", path, tn_errmsg());
             goto out;
         }

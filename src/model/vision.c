@@ -294,7 +294,9 @@ void tn_vision_backward(tn_model *m, tn_vision_acts *va, const float *dout, floa
         if (k >= 0 && ddeep && ddeep[k])
             tn_merger_backward(m, &m->vw->deep[k], &dw->deep[k], &va->deep[k], va->dx, ddeep[k], va->blk[b].xout, va->M,
                                1);
-        block_backward(m, va, b, b ? va->blk[b - 1].xout : va->x0);
+        const float *xin = b ? va->blk[b - 1].xout : va->x0;
+        if (va->checkpointing) block_forward(m, va, b, xin, va->t1); /* the block's activations again (output unused) */
+        block_backward(m, va, b, xin);
     }
     tn_vision_from_windows(m, va, va->dx); /* d(x0) back to pixel_values order */
     if (dw->pos) tn_vision_pos_embed_backward(m, va, va->dx);

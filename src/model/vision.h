@@ -53,7 +53,8 @@ void tn_vision_tensors_free(tn_vision_tensors *t);
 
 /* Activations of one vision pass (grown to the micro-batch's patch count). */
 typedef struct tn_vision_acts tn_vision_acts;
-tn_vision_acts *tn_vision_acts_create(void);
+/* checkpointing: one set of block activations, recomputed from each block's input in backward */
+tn_vision_acts *tn_vision_acts_create(int checkpointing);
 void tn_vision_acts_free(tn_vision_acts *va);
 /* Checks an image batch against the model (patch_dim, grids divisible by the merge size): 0, or -1 with err. */
 int tn_vision_check(const struct tn_model *m, const tn_mm_batch *mm, char *err, size_t errlen);

@@ -25,6 +25,7 @@ typedef struct {
 
 struct tn_vision_acts {
     int N, M, E, D, depth, n_deep, has_pos, act_kind;
+    int checkpointing;       /* one set of block activations (xout stays per block): backward recomputes */
     size_t cap;              /* floats in slab */
     float *slab;
     float *pe, *pos_e, *x0;  /* [N, E] patch embeddings, Qwen3-VL position embeddings, block-0 input */

@@ -20,7 +20,11 @@ int tn_vision_block_full(const tn_vision_config *v, int b) {
     return 0;
 }
 
-tn_vision_acts *tn_vision_acts_create(void) { return tn_xcalloc(1, sizeof(tn_vision_acts)); }
+tn_vision_acts *tn_vision_acts_create(int checkpointing) {
+    tn_vision_acts *va = tn_xcalloc(1, sizeof(tn_vision_acts));
+    va->checkpointing = checkpointing;
+    return va;
+}
 
 void tn_vision_acts_free(tn_vision_acts *va) {
     if (!va) return;
@@ -69,10 +73,14 @@ static size_t carve(const tn_model *m, tn_vision_acts *va, float *base, int maxs
     va->cos = take(&cur, N * E / v->heads / 2), va->sin = take(&cur, N * E / v->heads / 2);
     for (int b = 0; b < v->depth; b++) {
         vblock_acts *s = &va->blk[b];
-        s->xn1 = take(&cur, N * E), s->mu1 = take(&cur, N), s->rs1 = take(&cur, N);
-        s->qkv = take(&cur, N * 3 * E), s->att = take(&cur, N * E), s->h = take(&cur, N * E);
-        s->xn2 = take(&cur, N * E), s->mu2 = take(&cur, N), s->rs2 = take(&cur, N);
-        s->pre = take(&cur, N * (v->kind == TN_VL_QWEN25 ? 2 * I : I)), s->act = take(&cur, N * I);
+        if (va->checkpointing && b > 0) { /* share block 0's set; only the outputs (next inputs) stay per block */
+            *s = va->blk[0];
+        } else {
+            s->xn1 = take(&cur, N * E), s->mu1 = take(&cur, N), s->rs1 = take(&cur, N);
+            s->qkv = take(&cur, N * 3 * E), s->att = take(&cur, N * E), s->h = take(&cur, N * E);
+            s->xn2 = take(&cur, N * E), s->mu2 = take(&cur, N), s->rs2 = take(&cur, N);
+            s->pre = take(&cur, N * (v->kind == TN_VL_QWEN25 ? 2 * I : I)), s->act = take(&cur, N * I);
+        }
         s->xout = take(&cur, N * E);
     }
     va->dx = take(&cur, N * E), va->t1 = take(&cur, N * wide), va->t2 = take(&cur, N * wide);

@@ -368,6 +368,26 @@ static void check_legacy_naming(const char *fixtures) {
     tn_model_free(b);
 }
 
+/* older LLaMA-Factory wrote VL adapters' target_modules as a regex: the adapted projections then come from the
+ * adapter's tensor names */
+static void check_regex_targets(const char *fixtures) {
+    char src[1100], dir[1200];
+    snprintf(src, sizeof src, "%s/qwen2vl-lora-f64/model/adapter", fixtures);
+    snprintf(dir, sizeof dir, "%s/regex-adapter", tl_tmpdir());
+    char *from = tn_path_join(src, "adapter_model.safetensors"), *to = tn_path_join(dir, "adapter_model.safetensors");
+    size_t n = 0;
+    char *data = tn_read_file(from, &n, (size_t)1 << 30);
+    const char *cfg = "{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
+                      "\"^(?!.*visual).*(?:down_proj|gate_proj|k_proj|o_proj|q_proj|up_proj|v_proj).*\"}";
+    char *cp = tn_path_join(dir, "adapter_config.json");
+    tn_lora_config lc;
+    if (CHECK(data && tn_mkdirs(dir) == 0 && tn_write_file_atomic(to, data, n) == 0 &&
+              tn_write_file_atomic(cp, cfg, strlen(cfg)) == 0))
+        CHECKF(tn_lora_config_load(dir, &lc) == 0 && lc.targets == (1u << TN_LT_COUNT) - 1 && lc.r == 4,
+               "a regex target_modules: %s", tn_errmsg());
+    free(from), free(to), free(data), free(cp);
+}
+
 static void check_export(const char *fixtures) {
     char dir[1100], yaml[1200], out[1200];
     snprintf(dir, sizeof dir, "%s/qwen25vl-lora-f64", fixtures);
@@ -432,5 +452,6 @@ int main(void) {
     }
     check_legacy_naming(fixtures);
     check_export(fixtures);
+    check_regex_targets(fixtures);
     return tl_done("test_parity_vl");
 }
