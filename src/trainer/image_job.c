@@ -254,7 +254,11 @@ static int train(image_job *j) {
     const tn_train_config *c = j->cfg;
     int per_rank = c->per_device_train_batch_size * c->gradient_accumulation_steps;
     int G = per_rank * j->world, n = j->train.n;
-    int steps_per_epoch = (n + G - 1) / G;
+    /* a last partial batch that cannot give every rank 2 images is dropped: batch norm needs 2 values per channel
+     * (torch refuses 1), and under sync_bn a rank without images would miss the statistics all-reduce */
+    int steps_per_epoch = n / G + (n % G >= 2 * j->world);
+    if (steps_per_epoch == 0)
+        return tn_err("%s: %d training images do not fill one batch of 2 per rank (%d ranks)", c->source_path, n, j->world);
     int total = c->max_steps > 0 ? c->max_steps : (int)ceil(c->num_train_epochs * steps_per_epoch);
     int warmup = tn_warmup_steps(c, total), logging = c->logging_steps > 0 ? c->logging_steps : 10;
     int64_t *perm = tn_xmalloc((size_t)n * sizeof *perm);
