@@ -21,6 +21,7 @@
 #include "data/image_set.h"
 #include "model/resnet.h"
 #include "trainer/family.h"
+#include "trainer/image_ckpt.h"
 
 #define DEMO_TRAIN 4000
 #define DEMO_EVAL 500
@@ -42,6 +43,7 @@ typedef struct {
     tn_bn_sync sync;                 /* sync_bn: batch statistics summed over the ranks */
     int sync_failed;                 /* an all-reduce inside a BN failed (reported after the step) */
     char *log;                       /* trainer_log.jsonl so far (rank 0), rewritten atomically */
+    int start_step;                  /* resumed from checkpoint-<start_step> (0: a fresh run) */
     size_t log_len;
     double t0;
 } image_job;
@@ -263,14 +265,14 @@ static int train(image_job *j) {
     int warmup = tn_warmup_steps(c, total), logging = c->logging_steps > 0 ? c->logging_steps : 10;
     int64_t *perm = tn_xmalloc((size_t)n * sizeof *perm);
     double window = 0, train_sum = 0, acc = 0, eval_loss = 0;
-    int in_window = 0, step = 0, rc = 0;
+    int in_window = 0, step = j->start_step, first = j->start_step, rc = 0;
     char line[512], el[32], rem[32];
     if (j->rank == 0)
         printf("tandem: image classifier, %d training images (%d classes), %d held out; %d steps of %d images "
                "(%d ranks), %s\n", n, j->train.num_classes, j->eval.n, total, G, j->world, c->optim_sgd ? "SGD" : "AdamW");
-    for (int64_t epoch = 0; rc == 0 && step < total; epoch++) {
+    for (int64_t epoch = step / steps_per_epoch; rc == 0 && step < total; epoch++) {
         permute(perm, n, (uint64_t)c->seed, epoch);
-        for (int b = 0; rc == 0 && b < steps_per_epoch && step < total; b++) {
+        for (int b = step % steps_per_epoch; rc == 0 && b < steps_per_epoch && step < total; b++) {
             int64_t start = (int64_t)b * G;
             int gsize = (int)(n - start < G ? n - start : G);
             double lr = tn_lr_at(c->lr_scheduler_type, c->learning_rate, step, warmup, total), loss = 0;
@@ -280,9 +282,11 @@ static int train(image_job *j) {
             step++;
             optimizer_step(j, lr, step);
             window += loss, train_sum += loss, in_window++;
+            if (c->save_strategy == TN_SAVE_STEPS && c->save_steps > 0 && step % c->save_steps == 0 && j->rank == 0)
+                rc = tn_image_ckpt_save(c->output_dir, step, j->m, j->opt_a, j->opt_b, j->be);
             if (step % logging == 0 || step == total) {
                 double e = tn_now() - j->t0, ep = (double)epoch + (double)(b + 1) / steps_per_epoch;
-                hms(e, el, sizeof el), hms(e / step * (total - step), rem, sizeof rem);
+                hms(e, el, sizeof el), hms(e / (step - first) * (total - step), rem, sizeof rem);
                 snprintf(line, sizeof line, "{\"current_steps\": %d, \"total_steps\": %d, \"loss\": %.4f, \"lr\": %.6g, "
                          "\"grad_norm\": %.4f, \"epoch\": %.4f, \"percentage\": %.2f, \"elapsed_time\": \"%s\", "
                          "\"remaining_time\": \"%s\"}", step, total, window / in_window, lr, gn, ep, 100.0 * step / total,
@@ -300,6 +304,8 @@ static int train(image_job *j) {
             if (rc == 0 && j->rank == 0) printf("%s\n", line);
             if (rc == 0) rc = log_line(j, line);
         }
+        if (rc == 0 && c->save_strategy == TN_SAVE_EPOCH && step % steps_per_epoch == 0 && j->rank == 0)
+            rc = tn_image_ckpt_save(c->output_dir, step, j->m, j->opt_a, j->opt_b, j->be);
     }
     free(perm);
     if (rc || j->rank != 0) return rc;
@@ -308,14 +314,48 @@ static int train(image_job *j) {
     snprintf(res, sizeof res, "{\n    \"epoch\": %.4f,\n    \"eval_accuracy\": %.4f,\n    \"eval_loss\": %.4f,\n"
              "    \"eval_samples\": %d,\n    \"train_loss\": %.4f,\n    \"train_runtime\": %.4f,\n"
              "    \"train_samples_per_second\": %.3f,\n    \"train_steps_per_second\": %.3f\n}\n",
-             (double)step / steps_per_epoch, acc, eval_loss, j->eval.n, train_sum / (step ? step : 1), rt,
-             (double)step * G / rt, step / rt);
+             (double)step / steps_per_epoch, acc, eval_loss, j->eval.n, train_sum / (step > first ? step - first : 1), rt,
+             (double)(step - first) * G / rt, (step - first) / rt);
     char *p = tn_path_join(c->output_dir, "all_results.json");
     rc = tn_write_file_atomic(p, res, strlen(res));
     free(p);
     if (rc == 0) rc = tn_resnet_save(j->m, c->output_dir);
     if (rc == 0) printf("tandem: eval accuracy %.2f%%; model saved to %s\n", 100 * acc, c->output_dir);
     return rc;
+}
+
+/* keeps the lines of output_dir/trainer_log.jsonl up to step (a resumed run continues the log) */
+static void keep_log(image_job *j, int step) {
+    char *p = tn_path_join(j->cfg->output_dir, "trainer_log.jsonl");
+    char *text = tn_file_exists(p) ? tn_read_file(p, NULL, 1 << 28) : NULL;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        else next = line + strlen(line);
+        const char *k = strstr(line, "\"current_steps\": ");
+        if (k && atoi(k + 16) <= step) log_line(j, line);
+    }
+    free(text), free(p);
+}
+
+/* resume_from_checkpoint: a checkpoint folder, or true for output_dir's latest */
+static int resume(image_job *j) {
+    const char *r = j->cfg->resume_from_checkpoint;
+    if (!r[0]) return 0;
+    char dir[4096];
+    if (!strcmp(r, "true") || !strcmp(r, "True")) {
+        if (tn_image_ckpt_latest(j->cfg->output_dir, dir, sizeof dir) < 0)
+            return tn_err("%s: key 'resume_from_checkpoint': no checkpoint-N in %s", j->cfg->source_path,
+                          j->cfg->output_dir);
+    } else {
+        snprintf(dir, sizeof dir, "%s", r);
+    }
+    int step = tn_image_ckpt_load(dir, j->m, j->opt_a, j->opt_b, j->be);
+    if (step < 0) return tn_err("%s: key 'resume_from_checkpoint': %s", j->cfg->source_path, tn_errmsg());
+    j->start_step = step;
+    keep_log(j, step);
+    if (j->rank == 0) printf("tandem: resuming from %s (step %d)\n", dir, step);
+    return 0;
 }
 
 int tn_image_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fingerprint) {
@@ -330,9 +370,9 @@ int tn_image_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t confi
     if (rc == 0 && cfg->report_tensorboard)
         rc = tn_err("%s: key 'report_to': TensorBoard files are not written for image classifiers yet (trainer_log.jsonl "
                     "and all_results.json are)", cfg->source_path);
-    if (rc == 0 && (cfg->save_steps > 0 || cfg->resume_from_checkpoint[0]))
-        rc = tn_err("%s: key '%s': checkpoints are not written or resumed for image classifiers yet (the model is saved at "
-                    "the end)", cfg->source_path, cfg->save_steps > 0 ? "save_steps" : "resume_from_checkpoint");
+    if (rc == 0 && cfg->save_total_limit > 0)
+        rc = tn_err("%s: key 'save_total_limit': older checkpoints are not removed for image classifiers yet (every "
+                    "checkpoint-N is kept)", cfg->source_path);
     if (rc == 0 && cfg->optim_sgd) rc = parse_sgd_args(cfg, &j.sgd);
     if (rc == 0) rc = load_model(&j);
     if (rc == 0) rc = load_sets(&j, tn_resnet_cfg(j.m)->image_size);
@@ -345,7 +385,8 @@ int tn_image_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t confi
     if (rc == 0) {
         size_t n = tn_resnet_n_params(j.m);
         j.opt_a = j.be->alloc(n), j.opt_b = j.be->alloc(n);
-        rc = train(&j);
+        rc = resume(&j);
+        if (rc == 0) rc = train(&j);
         j.be->free(j.opt_a), j.be->free(j.opt_b);
     }
     tn_image_set_free(&j.train), tn_image_set_free(&j.eval);

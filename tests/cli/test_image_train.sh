@@ -9,7 +9,8 @@
 #  3. a record with label 10: one line naming the file and record, exit status 1;
 #  4. optim: sgd given to a language model: one line saying so;
 #  5. sync_bn: 2 ranks x 8 = 1 rank x 16 within the bound derived at the check;
-#  6. report_to: tensorboard and save_steps (not there yet for image classifiers): one line each.
+#  6. report_to: tensorboard and save_total_limit (not there yet for image classifiers): one line each;
+#  7. checkpoints and exact resume (byte-identical to the straight run).
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 EX=$TANDEM_TESTS_DIR/../examples
@@ -111,9 +112,25 @@ check '[ $rc -eq 1 ] && grep -q "key .optim.: sgd trains image classifiers" "$T/
 "$BIN" train "$EX/image_demo.yaml" output_dir="$T/tb" report_to=tensorboard >"$T/tb.log" 2>&1
 rc=$?
 check '[ $rc -eq 1 ] && grep -q "key .report_to.: TensorBoard files are not written for image classifiers" "$T/tb.log"'
-"$BIN" train "$EX/image_demo.yaml" output_dir="$T/ck" save_steps=5 >"$T/ck.log" 2>&1
+"$BIN" train "$EX/image_demo.yaml" output_dir="$T/ck" save_steps=5 save_total_limit=2 >"$T/ck.log" 2>&1
 rc=$?
-check '[ $rc -eq 1 ] && grep -q "key .save_steps.: checkpoints are not written" "$T/ck.log"'
+check '[ $rc -eq 1 ] && grep -q "key .save_total_limit.: older checkpoints are not removed" "$T/ck.log"'
+
+# 7. checkpoints and exact resume: 6 steps straight (saving checkpoint-3) = 3 steps + resume from checkpoint-3, byte for
+#    byte (data order and augmentation are functions of (seed, epoch, index), the learning rate of the step; the
+#    checkpoint holds the BN statistics and the optimizer state); the resumed run logs only steps 4-6
+R="max_steps=6 logging_steps=1 optim=sgd learning_rate=1e-2 sync_bn=true"
+OMP_NUM_THREADS=2 "$BIN" train "$EX/image_demo.yaml" $R save_steps=3 output_dir="$T/ra" >"$T/ra.log" 2>&1 ||
+  { echo "6 steps failed:"; tail -5 "$T/ra.log"; }
+OMP_NUM_THREADS=2 "$BIN" train "$EX/image_demo.yaml" $R resume_from_checkpoint="$T/ra/checkpoint-3" output_dir="$T/rb" \
+  >"$T/rb.log" 2>&1 || { echo "resume failed:"; tail -5 "$T/rb.log"; }
+check '[ -s "$T/ra/checkpoint-3/optimizer.safetensors" ] && [ -s "$T/ra/checkpoint-6/trainer_state.json" ]'
+check 'grep -q "resuming from .*checkpoint-3 (step 3)" "$T/rb.log"'
+check 'cmp -s "$T/ra/model.safetensors" "$T/rb/model.safetensors"'
+check '[ "$(grep -c "\"current_steps\": [123]," "$T/rb/trainer_log.jsonl")" -eq 0 ] && grep -q "\"current_steps\": 4," "$T/rb/trainer_log.jsonl"'
+"$BIN" train "$EX/image_demo.yaml" output_dir="$T/none" resume_from_checkpoint=true >"$T/none.log" 2>&1
+rc=$?
+check '[ $rc -eq 1 ] && grep -q "resume_from_checkpoint.: no checkpoint-N in" "$T/none.log"'
 
 echo "test_image_train: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]
