@@ -20,6 +20,7 @@
 #include "core/core.h"
 #include "data/image_set.h"
 #include "model/resnet.h"
+#include "outputs/tensorboard.h"
 #include "trainer/family.h"
 #include "trainer/image_ckpt.h"
 
@@ -44,6 +45,7 @@ typedef struct {
     int sync_failed;                 /* an all-reduce inside a BN failed (reported after the step) */
     char *log;                       /* trainer_log.jsonl so far (rank 0), rewritten atomically */
     int start_step;                  /* resumed from checkpoint-<start_step> (0: a fresh run) */
+    tn_tb_writer *tb;                /* report_to: tensorboard (rank 0), HF's tags */
     size_t log_len;
     double t0;
 } image_job;
@@ -293,6 +295,10 @@ static int train(image_job *j) {
                          el, rem);
                 if (j->rank == 0) printf("%s\n", line);
                 rc = log_line(j, line);
+                if (rc == 0 && j->tb)
+                    rc = tn_tb_scalar(j->tb, "train/loss", window / in_window, step) ||
+                         tn_tb_scalar(j->tb, "train/learning_rate", lr, step) ||
+                         tn_tb_scalar(j->tb, "train/grad_norm", gn, step) || tn_tb_scalar(j->tb, "train/epoch", ep, step);
                 window = 0, in_window = 0;
             }
         }
@@ -303,6 +309,8 @@ static int train(image_job *j) {
                      (double)step / steps_per_epoch);
             if (rc == 0 && j->rank == 0) printf("%s\n", line);
             if (rc == 0) rc = log_line(j, line);
+            if (rc == 0 && j->tb)
+                rc = tn_tb_scalar(j->tb, "eval/loss", eval_loss, step) || tn_tb_scalar(j->tb, "eval/accuracy", acc, step);
         }
         if (rc == 0 && c->save_strategy == TN_SAVE_EPOCH && step % steps_per_epoch == 0 && j->rank == 0)
             rc = tn_image_ckpt_save(c->output_dir, step, j->m, j->opt_a, j->opt_b, j->be);
@@ -367,9 +375,11 @@ int tn_image_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t confi
     if (!j.be) return tn_err("%s: key 'device' (or $TANDEM_DEVICE): %s", cfg->source_path, tn_errmsg());
     int rc = cfg->zero_stage > 0 ? tn_err("%s: ZeRO/FSDP sharding is for language models; an image classifier trains "
                                           "with plain data parallelism (zero_stage 0)", cfg->source_path) : 0;
-    if (rc == 0 && cfg->report_tensorboard)
-        rc = tn_err("%s: key 'report_to': TensorBoard files are not written for image classifiers yet (trainer_log.jsonl "
-                    "and all_results.json are)", cfg->source_path);
+    if (rc == 0 && cfg->report_tensorboard && j.rank == 0) {
+        char *dir = cfg->logging_dir[0] ? tn_xstrdup(cfg->logging_dir) : tn_tb_default_logdir(cfg->output_dir);
+        if (!(j.tb = tn_tb_open(dir))) rc = -1;
+        free(dir);
+    }
     if (rc == 0 && cfg->save_total_limit > 0)
         rc = tn_err("%s: key 'save_total_limit': older checkpoints are not removed for image classifiers yet (every "
                     "checkpoint-N is kept)", cfg->source_path);
@@ -389,6 +399,7 @@ int tn_image_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t confi
         if (rc == 0) rc = train(&j);
         j.be->free(j.opt_a), j.be->free(j.opt_b);
     }
+    if (j.tb) tn_tb_close(j.tb);
     tn_image_set_free(&j.train), tn_image_set_free(&j.eval);
     tn_resnet_free(j.m);
     free(j.log);
