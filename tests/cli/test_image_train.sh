@@ -10,7 +10,8 @@
 #  4. optim: sgd given to a language model: one line saying so;
 #  5. sync_bn: 2 ranks x 8 = 1 rank x 16 within the bound derived at the check;
 #  6. save_total_limit (not there yet for image classifiers): one line; report_to: tensorboard writes HF's tags;
-#  7. checkpoints and exact resume (byte-identical to the straight run).
+#  7. checkpoints and exact resume (byte-identical to the straight run);
+#  8. tandem launch --config_file (an accelerate config) with report_to: swanlab's one-line note.
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 EX=$TANDEM_TESTS_DIR/../examples
@@ -135,6 +136,13 @@ check '[ "$(grep -c "\"current_steps\": [123]," "$T/rb/trainer_log.jsonl")" -eq 
 "$BIN" train "$EX/image_demo.yaml" output_dir="$T/none" resume_from_checkpoint=true >"$T/none.log" 2>&1
 rc=$?
 check '[ $rc -eq 1 ] && grep -q "resume_from_checkpoint.: no checkpoint-N in" "$T/none.log"'
+
+# 8. the same launch machinery as the language models: an accelerate config (num_processes 2), and report_to: swanlab's note
+printf 'compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_processes: 2\nnum_machines: 1\nmachine_rank: 0\nmain_process_ip: 127.0.0.1\nmain_process_port: %s\n' \
+  $((20000 + $$ % 20000)) >"$T/acc.yaml"
+OMP_NUM_THREADS=1 "$BIN" launch --config_file "$T/acc.yaml" "$EX/image_demo.yaml" max_steps=2 output_dir="$T/acc" \
+  report_to=swanlab >"$T/acc.log" 2>&1 || { echo "accelerate launch failed:"; tail -3 "$T/acc.log"; }
+check 'grep -q "(2 ranks)" "$T/acc.log" && grep -q "nothing is sent to swanlab" "$T/acc.log" && [ -s "$T/acc/model.safetensors" ]'
 
 echo "test_image_train: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]
