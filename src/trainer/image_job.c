@@ -20,6 +20,7 @@
 #include "core/core.h"
 #include "data/image_set.h"
 #include "model/resnet.h"
+#include "outputs/loss_plot.h"
 #include "outputs/tensorboard.h"
 #include "trainer/family.h"
 #include "trainer/image_ckpt.h"
@@ -46,6 +47,8 @@ typedef struct {
     char *log;                       /* trainer_log.jsonl so far (rank 0), rewritten atomically */
     int start_step;                  /* resumed from checkpoint-<start_step> (0: a fresh run) */
     tn_tb_writer *tb;                /* report_to: tensorboard (rank 0), HF's tags */
+    double *curve[3][2];             /* plot_loss: (step, value) of loss, eval_loss, eval_accuracy */
+    int n_curve[3];
     size_t log_len;
     double t0;
 } image_job;
@@ -121,6 +124,28 @@ static int load_model(image_job *j) {
     if (fresh) tn_resnet_init_random(j->m, (uint64_t)cfg->seed);
     else if (tn_resnet_load(j->m, cfg->model_name_or_path)) return -1;
     return 0;
+}
+
+static void add_point(image_job *j, int which, double step, double v) {
+    int n = j->n_curve[which]++;
+    for (int k = 0; k < 2; k++) j->curve[which][k] = tn_xrealloc(j->curve[which][k], (size_t)(n + 1) * sizeof(double));
+    j->curve[which][0][n] = step, j->curve[which][1][n] = v;
+}
+
+/* plot_loss: LLaMA-Factory's training_loss.png, training_eval_loss.png, training_eval_accuracy.png (rank 0) */
+static int plot_curves(image_job *j) {
+    static const char *const keys[3] = {"loss", "eval_loss", "eval_accuracy"};
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < 3; k++) {
+        if (!j->n_curve[k]) continue;
+        char file[64], title[4200];
+        snprintf(file, sizeof file, "training_%s.png", keys[k]);
+        snprintf(title, sizeof title, "training %s of %s", keys[k], j->cfg->output_dir);
+        char *p = tn_path_join(j->cfg->output_dir, file);
+        rc = tn_plot_curve_png(p, title, keys[k], j->curve[k][0], j->curve[k][1], j->n_curve[k]);
+        free(p);
+    }
+    return rc;
 }
 
 /* appends one JSON line to trainer_log.jsonl (rank 0), rewriting the file atomically */
@@ -295,6 +320,7 @@ static int train(image_job *j) {
                          el, rem);
                 if (j->rank == 0) printf("%s\n", line);
                 rc = log_line(j, line);
+                add_point(j, 0, step, window / in_window);
                 if (rc == 0 && j->tb)
                     rc = tn_tb_scalar(j->tb, "train/loss", window / in_window, step) ||
                          tn_tb_scalar(j->tb, "train/learning_rate", lr, step) ||
@@ -309,6 +335,7 @@ static int train(image_job *j) {
                      (double)step / steps_per_epoch);
             if (rc == 0 && j->rank == 0) printf("%s\n", line);
             if (rc == 0) rc = log_line(j, line);
+            add_point(j, 1, step, eval_loss), add_point(j, 2, step, acc);
             if (rc == 0 && j->tb)
                 rc = tn_tb_scalar(j->tb, "eval/loss", eval_loss, step) || tn_tb_scalar(j->tb, "eval/accuracy", acc, step);
         }
@@ -328,6 +355,7 @@ static int train(image_job *j) {
     rc = tn_write_file_atomic(p, res, strlen(res));
     free(p);
     if (rc == 0) rc = tn_resnet_save(j->m, c->output_dir);
+    if (rc == 0 && c->plot_loss) rc = plot_curves(j);
     if (rc == 0) printf("tandem: eval accuracy %.2f%%; model saved to %s\n", 100 * acc, c->output_dir);
     return rc;
 }
@@ -400,6 +428,7 @@ int tn_image_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t confi
         j.be->free(j.opt_a), j.be->free(j.opt_b);
     }
     if (j.tb) tn_tb_close(j.tb);
+    for (int k = 0; k < 3; k++) free(j.curve[k][0]), free(j.curve[k][1]);
     tn_image_set_free(&j.train), tn_image_set_free(&j.eval);
     tn_resnet_free(j.m);
     free(j.log);

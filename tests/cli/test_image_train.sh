@@ -33,6 +33,7 @@ for d in demo1 demo2; do
   check 'within 0.95 "${a:-0}"'
   check '[ "$(grep -c eval_accuracy "$T/$d/trainer_log.jsonl")" -eq 2 ]'
   check '[ -s "$T/$d/model.safetensors" ] && [ -s "$T/$d/config.json" ]'
+  check '[ "$(head -c 4 "$T/$d/training_loss.png" | od -An -c | tr -d " ")" = "211PNG" ] && [ -s "$T/$d/training_eval_accuracy.png" ]'
 done
 check 'grep -q "(2 ranks)" "$T/demo2.log"'
 
