@@ -346,17 +346,21 @@ static int train(image_job *j) {
     if (rc || j->rank != 0) return rc;
     double rt = tn_now() - j->t0;
     char res[512];
-    snprintf(res, sizeof res, "{\n    \"epoch\": %.4f,\n    \"eval_accuracy\": %.4f,\n    \"eval_loss\": %.4f,\n"
-             "    \"eval_samples\": %d,\n    \"train_loss\": %.4f,\n    \"train_runtime\": %.4f,\n"
+    char ev[160] = ""; /* the eval keys only when there was a held-out set */
+    if (j->eval.n)
+        snprintf(ev, sizeof ev, "    \"eval_accuracy\": %.4f,\n    \"eval_loss\": %.4f,\n    \"eval_samples\": %d,\n", acc,
+                 eval_loss, j->eval.n);
+    snprintf(res, sizeof res, "{\n    \"epoch\": %.4f,\n%s    \"train_loss\": %.4f,\n    \"train_runtime\": %.4f,\n"
              "    \"train_samples_per_second\": %.3f,\n    \"train_steps_per_second\": %.3f\n}\n",
-             (double)step / steps_per_epoch, acc, eval_loss, j->eval.n, train_sum / (step > first ? step - first : 1), rt,
+             (double)step / steps_per_epoch, ev, train_sum / (step > first ? step - first : 1), rt,
              (double)(step - first) * G / rt, (step - first) / rt);
     char *p = tn_path_join(c->output_dir, "all_results.json");
     rc = tn_write_file_atomic(p, res, strlen(res));
     free(p);
     if (rc == 0) rc = tn_resnet_save(j->m, c->output_dir);
     if (rc == 0 && c->plot_loss) rc = plot_curves(j);
-    if (rc == 0) printf("tandem: eval accuracy %.2f%%; model saved to %s\n", 100 * acc, c->output_dir);
+    if (rc == 0 && j->eval.n) printf("tandem: eval accuracy %.2f%%; model saved to %s\n", 100 * acc, c->output_dir);
+    else if (rc == 0) printf("tandem: model saved to %s (no held-out set to evaluate)\n", c->output_dir);
     return rc;
 }
 
