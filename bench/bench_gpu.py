@@ -16,7 +16,13 @@ For each case and implementation the largest batch that fits (tried from --batch
 Reported: ms per step (median), tokens/s, MFU = FLOPs / time / peak (FLOPs: 6 N T + 12 L H hd S T; LoRA: (4 N +
 6 N_lora) T + 12 L H hd S T; N the parameters without the embedding lookup, the tied lm_head counted; peak: H100 dense
 bf16 989 TFLOP/s, --peak-tflops), and peak GPU memory (torch.cuda.max_memory_allocated; tandem: its allocator's
-high-water mark, the same notion). One JSON line per measurement (--json FILE), a table at the end.
+high-water mark, the same notion). One JSON line per measurement (--json FILE) and one table row on stdout, each
+written the moment it is measured: a run killed from outside (the GPU verification's fixed time) keeps what it had.
+
+Time: with --deadline SECONDS no attempt starts when fewer than --min-attempt seconds are left, and every attempt
+runs in a child process (tandem, or this script with --child for PyTorch) killed at the deadline, so a long one is
+stopped instead of running past it. A failed attempt (out of memory, also at compile time inside torch.compile's
+BackendCompilerFailed; a timeout; a crash) is reported for its case and the next attempt goes on.
 """
 import argparse
 import json
@@ -50,6 +56,24 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
+class Clock:
+    """The deadline: seconds left, and the time an attempt may take (None: no deadline)."""
+
+    def __init__(self, deadline, min_attempt):
+        self.t0, self.deadline, self.min_attempt = time.time(), deadline, min_attempt
+
+    def left(self):
+        return self.deadline - (time.time() - self.t0) if self.deadline else None
+
+    def attempt_timeout(self, cap):
+        left = self.left()
+        return cap if left is None else min(cap, left)
+
+    def too_late(self):
+        left = self.left()
+        return left is not None and left < self.min_attempt
+
+
 def run_tandem(binary, case, batch, seq, steps, warmup, peak, timeout):
     c = CASES[case]
     cmd = [binary, "bench", "train", "--model-config", os.path.join(HERE, "configs", c["config"]), "--device", "cuda",
@@ -58,13 +82,19 @@ def run_tandem(binary, case, batch, seq, steps, warmup, peak, timeout):
     if c["lora"]:
         cmd += ["--lora-rank", str(c["lora"])]
     t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "stopped after %.0f s (deadline)" % timeout
     if p.returncode != 0:
         if "out of GPU memory" in p.stderr:
             return None, "oom"
         lines = p.stderr.strip().splitlines()
         return None, lines[-1] if lines else "exit %d" % p.returncode
-    r = json.loads(p.stdout.strip().splitlines()[-1])
+    try:
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return None, "no result line from tandem bench train"
     return {"impl": "tandem", "case": case, "batch": batch, "seq": seq, "ms_step": r["ms_step"],
             "tok_s": r["tok_s"], "mfu": r["mfu"], "peak_mem_gib": r["peak_device_mb"] / 1024.0,
             "loss": r["loss"], "wall_s": time.time() - t0, "device": r["device"]}, None
@@ -126,21 +156,50 @@ def torch_case(case, batch, seq, steps, warmup, peak, compiled):
     return out
 
 
-def run_torch(case, batch, seq, steps, warmup, peak, compiled):
-    import torch
+def failure(exc):
+    """What an attempt's exception means: "oom" (try a smaller batch) or one line for the report. torch.compile
+    wraps an out-of-memory during compilation (autotuning) in BackendCompilerFailed."""
+    name = type(exc).__name__
+    text = str(exc)
+    if name == "OutOfMemoryError" or "out of memory" in text.lower():
+        return "oom"
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return "%s: %s" % (name, first[:200])
+
+
+def child(a):
+    """--child: one PyTorch attempt in this process; its result (or failure) as the last stdout line."""
     try:
-        return torch_case(case, batch, seq, steps, warmup, peak, compiled), None
-    except torch.cuda.OutOfMemoryError:
-        import gc
-        gc.collect()
-        torch.cuda.empty_cache()
-        if compiled:
-            torch._dynamo.reset()
-        return None, "oom"
+        r = torch_case(a.cases, a.batches_one, a.seq, a.steps, a.warmup, a.peak_tflops, a.child == "torch-compile")
+        why = None
+    except Exception as e:  # every failure is the attempt's result, reported by the parent
+        r, why = None, failure(e)
+    print(json.dumps({"result": r, "why": why}), flush=True)
 
 
-def largest(fn, batches, label):
+def run_torch(case, batch, seq, steps, warmup, peak, compiled, timeout):
+    """One attempt in a child process: a hang or a long compile is killed at the deadline, and GPU memory is handed
+    back whatever happened."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", "torch-compile" if compiled else "torch-eager",
+           "--cases", case, "--batches", str(batch), "--seq", str(seq), "--steps", str(steps), "--warmup",
+           str(warmup), "--peak-tflops", str(peak)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "stopped after %.0f s (deadline)" % timeout
+    try:
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+        return out["result"], out["why"]
+    except (IndexError, ValueError, KeyError):
+        lines = (p.stderr or "").strip().splitlines()
+        return None, "exit %d: %s" % (p.returncode, lines[-1][:200] if lines else "no output")
+
+
+def largest(fn, batches, label, clock):
     for b in batches:
+        if clock.too_late():
+            log("  %-14s batch %3d: skipped (deadline: %.0f s left)" % (label, b, clock.left()))
+            return None
         r, why = fn(b)
         if r:
             log("  %-14s batch %3d: %8.1f ms/step, %9.0f tok/s, MFU %.1f%%, peak %.1f GiB" %
@@ -150,6 +209,9 @@ def largest(fn, batches, label):
         if why != "oom":
             return None
     return None
+
+
+ROW = "| %s | %s | %d | %.1f | %.0f | %.1f%% | %.1f |"
 
 
 def main():
@@ -163,39 +225,44 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--tandem", default=os.environ.get("TANDEM_BIN", os.path.join(HERE, "..", "build", "tandem")))
     ap.add_argument("--json", default=None)
-    ap.add_argument("--deadline", type=float, default=0, help="seconds from start after which no new case starts")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="seconds from start: no attempt starts, and a running one is stopped, after it")
+    ap.add_argument("--min-attempt", type=float, default=45,
+                    help="with --deadline: the fewest seconds left for an attempt to start")
+    ap.add_argument("--child", choices=("torch-eager", "torch-compile"), help=argparse.SUPPRESS)
     a = ap.parse_args()
-    t_start = time.time()
+    if a.child:
+        a.batches_one = int(a.batches)
+        return child(a)
+    clock = Clock(a.deadline, a.min_attempt)
     batches = [int(x) for x in a.batches.split(",")]
-    results = []
     out = open(a.json, "a") if a.json else None
+    print("| case | impl | batch | ms/step | tok/s | MFU | peak GiB |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |", flush=True)
     for case in a.cases.split(","):
-        if a.deadline and time.time() - t_start > a.deadline:
+        if clock.too_late():
             log("%s: skipped (deadline of %.0f s reached)" % (case, a.deadline))
             continue
         log("%s, seq %d:" % (case, a.seq))
         found = {}
         for impl in a.impls.split(","):
             if impl == "tandem":
-                r = largest(lambda b: run_tandem(a.tandem, case, b, a.seq, a.steps, a.warmup, a.peak_tflops, 900),
-                            batches, impl)
+                r = largest(lambda b: run_tandem(a.tandem, case, b, a.seq, a.steps, a.warmup, a.peak_tflops,
+                                                 clock.attempt_timeout(900)), batches, impl, clock)
             else:
                 # compile at the batch eager found (recompiling per tried batch would cost minutes)
                 tried = batches if impl == "torch-eager" or "torch-eager" not in found else \
                     [b for b in batches if b <= found["torch-eager"]["batch"]]
                 r = largest(lambda b: run_torch(case, b, a.seq, a.steps, a.warmup, a.peak_tflops,
-                                                impl == "torch-compile"), tried, impl)
+                                                impl == "torch-compile", clock.attempt_timeout(1800)), tried, impl,
+                            clock)
             if r:
                 found[impl] = r
-                results.append(r)
+                print(ROW % (r["case"], r["impl"], r["batch"], r["ms_step"], r["tok_s"], 100 * r["mfu"],
+                             r["peak_mem_gib"]), flush=True)
                 if out:
                     out.write(json.dumps(r) + "\n")
                     out.flush()
-    print("| case | impl | batch | ms/step | tok/s | MFU | peak GiB |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
-    for r in results:
-        print("| %s | %s | %d | %.1f | %.0f | %.1f%% | %.1f |" % (r["case"], r["impl"], r["batch"], r["ms_step"],
-                                                               r["tok_s"], 100 * r["mfu"], r["peak_mem_gib"]))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 # PyTorch, no Debian build dependencies), so everything is built here and carried:
 #
 #   here:    scripts/gpu_verify.sh prepare
-#            builds (nvcc must be found: the build targets sm_90 + compute_80 PTX) and packs into .gpu/ (in
+#            builds into build-gpu/ for the x86-64-v3 CPU baseline (nvcc must be found: the build targets sm_90 +
+#            compute_80 PTX), checks that baseline (below), and packs into .gpu/ (in
 #            .gitignore, so only `carry` sends it): tandem and the GPU test binaries, every shared library `ldd` names that is
 #            not glibc/libstdc++ or CUDA's own (libcublasLt, libnccl: 750 MB, taken from the device's CUDA or PyTorch
 #            install instead), and Open MPI's runtime (mpirun, orted, plugins, help files) relocated with OPAL_PREFIX.
@@ -21,15 +22,37 @@ PART=${2:-all}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CARRY=$REPO/.gpu
 
+# The carried build: its own folder, for the x86-64-v3 baseline (the GPU machine's CPU is unknown; the local build's
+# -march=native would carry this machine's AVX-512 there), checked before it is packed: no instruction beyond v3 in
+# tandem's own code (scripts/check_isa.sh), and, where qemu-user is installed, its CPU kernel test run on an emulated
+# Haswell (tests/cli/test_isa_baseline.sh does both on whatever build-gpu holds).
+CARRIED_TARGETS="tandem test_gpu_kernels test_gpu_comm test_parity_fixtures test_unit_kernels"
+build_carried() {
+  make deps >/dev/null || { echo "gpu_verify: make deps failed"; exit 1; }
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTANDEM_MARCH=x86-64-v3 >/dev/null &&
+    cmake --build build-gpu -j "$(nproc)" --target $CARRIED_TARGETS >/dev/null ||
+    { echo "gpu_verify: the build (build-gpu, x86-64-v3) failed"; exit 1; }
+  grep -q "^TANDEM_CUDA:BOOL=ON" build-gpu/CMakeCache.txt ||
+    { echo "gpu_verify: this build has no CUDA backend (nvcc not found): nothing to verify on a GPU"; exit 1; }
+  scripts/check_isa.sh build-gpu/tandem build-gpu/tests/test_gpu_kernels build-gpu/tests/test_gpu_comm \
+    build-gpu/tests/test_parity_fixtures || { echo "gpu_verify: the carried build needs more than x86-64-v3"; exit 1; }
+  if command -v qemu-x86_64 >/dev/null; then
+    TANDEM_TESTS_DIR="$REPO/tests" OMP_NUM_THREADS=2 qemu-x86_64 -cpu Haswell build-gpu/tests/test_unit_kernels \
+      >build-gpu/qemu-haswell.log 2>&1 ||
+      { echo "gpu_verify: test_unit_kernels fails on an emulated Haswell (build-gpu/qemu-haswell.log)"; exit 1; }
+    echo "gpu_verify: x86-64-v3: no AVX-512 in tandem's code; test_unit_kernels passes under qemu-x86_64 -cpu Haswell"
+  else
+    echo "gpu_verify: x86-64-v3: no AVX-512 in tandem's code (qemu-user not installed: not run on an emulated Haswell)"
+  fi
+}
+
 prepare() {
   cd "$REPO" || exit 1
-  make build >/dev/null || { echo "gpu_verify: make build failed"; exit 1; }
-  grep -q "^TANDEM_CUDA:BOOL=ON" build/CMakeCache.txt ||
-    { echo "gpu_verify: this build has no CUDA backend (nvcc not found): nothing to verify on a GPU"; exit 1; }
+  build_carried
   S=$(mktemp -d /tmp/tandem-gpu-stage-XXXXXX)
   mkdir -p "$S/bin/tests" "$S/lib" "$S/ompi/bin" "$S/ompi/etc" "$S/ompi/share" "$S/ompi/lib/x86_64-linux-gnu"
-  cp build/tandem "$S/bin/"
-  for t in test_gpu_kernels test_gpu_comm test_parity_fixtures; do cp "build/tests/$t" "$S/bin/tests/"; done
+  cp build-gpu/tandem "$S/bin/"
+  for t in test_gpu_kernels test_gpu_comm test_parity_fixtures; do cp "build-gpu/tests/$t" "$S/bin/tests/"; done
   # Open MPI 4 (Debian): bin/orterun (= mpirun) and orted, plugins, help texts, default MCA parameters
   cp -L /usr/bin/orterun /usr/bin/orted "$S/ompi/bin/"
   ln -s orterun "$S/ompi/bin/mpirun"

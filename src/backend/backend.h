@@ -142,12 +142,17 @@ const tn_backend *tn_backend_cpu(void);
  * modulo the visible devices: one GPU per rank, CUDA_VISIBLE_DEVICES honoured). NULL + tn_err when "cuda" cannot
  * be had (no GPU, or a build without CUDA) or device is none of these. */
 const tn_backend *tn_backend_select(const char *device, int bf16, int local_rank);
+/* One line for the notes: which backend tn_backend_select(device, bf16, ...) picks on this machine and the precision
+ * it computes in (what bf16 means there). */
+void tn_backend_precision(const char *device, int bf16, char *out, size_t n);
 /* 1 when this build has the CUDA backend (CMake found nvcc). */
 int tn_backend_have_cuda(void);
 /* GPUs this process could use (0 without the CUDA backend, a driver or a visible device); opens nothing. */
 int tn_backend_gpu_count(void);
 /* PCI bus id of the GPU that CUDA device `ordinal` is (tn_backend_select's local_rank mod count); -1 when none. */
 int tn_backend_gpu_bus_id(int ordinal, char *buf, int len);
+/* Bytes of memory of CUDA device `ordinal`; 0 when none. */
+double tn_backend_gpu_memory(int ordinal);
 /* Collective over c's ranks: attaches be's device memory to the comm layer (comm.h tn_comm_attach_device; a CPU
  * backend attaches none) so gradients and parameters can be exchanged from it. note: which path carries them. */
 struct tn_comm;

@@ -1,6 +1,7 @@
 /* backend_select.c -- which backend a run computes on: the CPU, or (in a build with CUDA) one GPU per rank. */
 #include "backend/backend.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "comm/comm.h"
@@ -34,6 +35,15 @@ int tn_backend_gpu_bus_id(int ordinal, char *buf, int len) {
 #endif
 }
 
+double tn_backend_gpu_memory(int ordinal) {
+#ifdef TANDEM_HAVE_CUDA
+    return tn_cuda_memory_bytes(ordinal);
+#else
+    (void)ordinal;
+    return 0;
+#endif
+}
+
 const tn_backend *tn_backend_select(const char *device, int bf16, int local_rank) {
     int want_cuda = strcmp(device, "cuda") == 0, want_cpu = strcmp(device, "cpu") == 0;
     if (!want_cuda && !want_cpu && strcmp(device, "auto") != 0) {
@@ -62,10 +72,24 @@ int tn_backend_attach_comm(const tn_backend *be, tn_comm *c, char *note, size_t 
 #ifdef TANDEM_HAVE_CUDA
     if (strcmp(be->name, "cuda") == 0) {
         tn_comm_device d = {.name = "cuda", .owns = tn_cuda_owns, .to_host = tn_cuda_to_host,
-                            .to_device = tn_cuda_to_device, .queue = tn_cuda_stream(), .device = tn_cuda_device()};
+                            .to_device = tn_cuda_to_device, .queue = tn_cuda_stream(), .device = tn_cuda_device(),
+                            .written = tn_cuda_device_written};
+        if (tn_cuda_pci_bus_id(d.device, d.bus_id, (int)sizeof d.bus_id) != 0) d.bus_id[0] = 0; /* ordinal only */
         return tn_comm_attach_device(c, &d, note, note_size);
     }
 #endif
     (void)be;
     return tn_comm_attach_device(c, NULL, note, note_size);
+}
+
+void tn_backend_precision(const char *device, int bf16, char *out, size_t n) {
+    int cpu = strcmp(device, "cpu") == 0, gpus = cpu ? 0 : tn_backend_gpu_count();
+    if (gpus > 0)
+        snprintf(out, n, bf16 ? "the CUDA backend runs it: matrix products and attention in bf16 (fp32 accumulation, fp32 "
+                                "master weights and AdamW state)"
+                              : "the CUDA backend runs it in fp32 (bf16: true for bf16 matrix products)");
+    else
+        snprintf(out, n, "the CPU backend runs it, in fp32 (%s)%s",
+                 cpu ? "device: cpu" : tn_backend_have_cuda() ? "no GPU is visible" : "this build has no CUDA backend",
+                 bf16 ? "; bf16 applies on a GPU" : "");
 }

@@ -322,7 +322,8 @@ static double cpu_cross_entropy(float *logits, const int32_t *targets, int T, in
 static void cpu_dropout(float *y, const float *x, size_t n, float p, uint64_t seed) {
     float keep_scale = 1.0f / (1.0f - p);
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) y[i] = tn_hash_uniform(seed, i) >= p ? x[i] * keep_scale : 0.0f;
+    /* x * mask, as torch computes it: a dropped NaN or inf stays visible (NaN), never becomes a silent 0 */
+    for (size_t i = 0; i < n; i++) y[i] = x[i] * (tn_hash_uniform(seed, i) >= p ? keep_scale : 0.0f);
 }
 
 static double cpu_sumsq(const float *x, size_t n) {

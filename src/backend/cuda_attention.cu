@@ -33,7 +33,7 @@ static void check_shape(int H, int KV, int hd) {
 }
 
 static void allow_smem(const void *kernel, size_t bytes) {
-    if (bytes > 48 * 1024) CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    cu_allow_smem(kernel, bytes);
 }
 
 /* ------------------------------------------------------------------ forward */

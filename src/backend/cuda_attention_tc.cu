@@ -286,7 +286,7 @@ static size_t dkv_bytes(int hdp) {
 /* Raises a kernel's dynamic shared-memory limit once; 0 when the device cannot give that much. */
 static int smem_ok(const void *kernel, size_t bytes) {
     if (bytes > (size_t)g_cu.prop.sharedMemPerBlockOptin) return 0;
-    if (bytes > 48 * 1024) CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    cu_allow_smem(kernel, bytes);
     return 1;
 }
 

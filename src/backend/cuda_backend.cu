@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/cuda_internal.cuh"
+#include "backend/frozen_ranges.h"
 
 cu_state g_cu;
 
@@ -42,10 +43,8 @@ static int g_n_blocks, g_cap_blocks;
 static size_t g_bytes, g_peak;
 /* The frozen parts, copied out of g_blocks for the lock-free lookup on every kernel call (main thread only). */
 #define MAX_FROZEN 16
-static struct {
-    uintptr_t lo, hi;
-    bf16 *store;
-} g_frozen[MAX_FROZEN];
+static tn_frozen_range g_frozen[MAX_FROZEN];
+static bf16 *g_frozen_store[MAX_FROZEN];
 static int g_n_frozen;
 
 static void account(ptrdiff_t delta) {
@@ -68,7 +67,7 @@ static void remember(const cu_block *b) {
 const bf16 *cu_frozen(const float *p) {
     uintptr_t a = (uintptr_t)p;
     for (int i = 0; i < g_n_frozen; i++)
-        if (a >= g_frozen[i].lo && a < g_frozen[i].hi) return g_frozen[i].store + (a - g_frozen[i].lo) / sizeof(float);
+        if (a >= g_frozen[i].lo && a < g_frozen[i].hi) return g_frozen_store[i] + (a - g_frozen[i].lo) / sizeof(float);
     return NULL;
 }
 
@@ -120,6 +119,37 @@ static void load_driver_entry_points(void) {
     g_drv.ok = vmm;
 }
 
+/* ------------------------------------------------------------------ bf16 copies of the trainable weights */
+
+/* The parameter slab's fp32 part [g_params_lo, g_params_hi) (the latest alloc_params), and the kept copies of the
+ * operands read from it. g_params_version counts writes to it; a copy made at another version is rounded again. */
+static uintptr_t g_params_lo, g_params_hi;
+static unsigned long long g_params_version = 1;
+#define MAX_WEIGHTS 2048
+static struct {
+    const float *p;
+    int rows, cols, ld;
+    unsigned long long version;
+    bf16 *copy;
+} g_weights[MAX_WEIGHTS];
+static int g_n_weights;
+
+void cu_params_written(const void *p, size_t bytes) {
+    uintptr_t a = (uintptr_t)p;
+    if (a < g_params_hi && a + bytes > g_params_lo) g_params_version++;
+}
+
+static void drop_weight_copies(void) {
+    if (g_n_weights) CU_CHECK(cudaDeviceSynchronize()); /* queued products may still read them */
+    for (int i = 0; i < g_n_weights; i++) {
+        CU_CHECK(cudaFree(g_weights[i].copy));
+        pthread_mutex_lock(&g_mu);
+        account(-(ptrdiff_t)((size_t)g_weights[i].rows * g_weights[i].cols * sizeof(bf16)));
+        pthread_mutex_unlock(&g_mu);
+    }
+    g_n_weights = 0;
+}
+
 /* ------------------------------------------------------------------ allocation */
 
 static void *device_alloc(size_t bytes, const char *what) {
@@ -154,8 +184,18 @@ static int32_t *cuda_alloc_i32(size_t n) { return (int32_t *)cuda_alloc(n ? n : 
 /* The parameter slab: in bf16 mode with a frozen part, a reserved range of n floats whose trainable prefix alone is
  * backed (VMM), the frozen part held as bf16 beside it. Where VMM is missing, the whole range is plain memory
  * (the frozen weights are still read from the bf16 copy; only the saving is lost). */
+static void params_slab(float *p, size_t trainable) {
+    drop_weight_copies();
+    g_params_lo = (uintptr_t)p, g_params_hi = g_params_lo + trainable * sizeof(float);
+    g_params_version++;
+}
+
 static float *cuda_alloc_params(size_t n, size_t trainable) {
-    if (!g_cu.bf16 || trainable >= n) return cuda_alloc(n);
+    if (!g_cu.bf16 || trainable >= n) {
+        float *p = cuda_alloc(n);
+        params_slab(p, trainable < n ? trainable : n);
+        return p;
+    }
     if (n > SIZE_MAX / sizeof(float) - (64u << 20)) tn_die("parameter slab of %zu floats is too large", n);
     cu_block b;
     memset(&b, 0, sizeof b);
@@ -202,9 +242,10 @@ static float *cuda_alloc_params(size_t n, size_t trainable) {
     b.hi = b.lo + n * sizeof(float);
     b.frozen_lo = b.lo + trainable * sizeof(float);
     if (g_n_frozen == MAX_FROZEN) tn_die("cuda: more than %d parameter slabs with frozen weights", MAX_FROZEN);
-    g_frozen[g_n_frozen].lo = b.frozen_lo, g_frozen[g_n_frozen].hi = b.hi, g_frozen[g_n_frozen].store = b.frozen;
+    g_frozen[g_n_frozen].lo = b.frozen_lo, g_frozen[g_n_frozen].hi = b.hi, g_frozen_store[g_n_frozen] = b.frozen;
     g_n_frozen++;
     remember(&b);
+    params_slab((float *)b.lo, trainable);
     return (float *)b.lo;
 }
 
@@ -219,12 +260,23 @@ static void cuda_free(void *p) {
     }
     cu_block b = g_blocks[k];
     g_blocks[k] = g_blocks[--g_n_blocks];
+    if (b.lo == g_params_lo) { /* the parameters go: their copies with them */
+        pthread_mutex_unlock(&g_mu);
+        drop_weight_copies();
+        g_params_lo = g_params_hi = 0;
+        pthread_mutex_lock(&g_mu);
+    }
     account(-(ptrdiff_t)b.bytes);
     pthread_mutex_unlock(&g_mu);
-    CU_CHECK(cudaStreamSynchronize(g_cu.stream)); /* nothing queued may still use it */
+    /* nothing queued may still use it: the kernels' stream, and NCCL's (a collective on the parameters or gradients
+     * may still run there at teardown), and any other stream of this device */
+    CU_CHECK(cudaDeviceSynchronize());
     if (b.frozen) {
         for (int i = 0; i < g_n_frozen; i++)
-            if (g_frozen[i].store == b.frozen) g_frozen[i] = g_frozen[--g_n_frozen];
+            if (g_frozen_store[i] == b.frozen) {
+                --g_n_frozen;
+                g_frozen[i] = g_frozen[g_n_frozen], g_frozen_store[i] = g_frozen_store[g_n_frozen];
+            }
         CU_CHECK(cudaFree(b.frozen));
     }
     if (b.vmm) {
@@ -236,6 +288,51 @@ static void cuda_free(void *p) {
     } else {
         CU_CHECK(cudaFree(p));
     }
+}
+
+const bf16 *cu_weight_bf16(const float *X, int rows, int cols, int ld) {
+    uintptr_t a = (uintptr_t)X, end = a + ((size_t)(rows - 1) * ld + cols) * sizeof(float);
+    if (!g_cu.bf16 || rows <= 0 || cols <= 0 || a < g_params_lo || end > g_params_hi) return NULL;
+    int i = 0;
+    while (i < g_n_weights && !(g_weights[i].p == X && g_weights[i].rows == rows && g_weights[i].cols == cols &&
+                                g_weights[i].ld == ld))
+        i++;
+    if (i == g_n_weights) {
+        if (g_n_weights == MAX_WEIGHTS) return NULL; /* more distinct operands than weights: round per product */
+        size_t bytes = (size_t)rows * cols * sizeof(bf16);
+        g_weights[i].copy = (bf16 *)device_alloc(bytes, "the bf16 copies of the weights");
+        pthread_mutex_lock(&g_mu);
+        account((ptrdiff_t)bytes);
+        pthread_mutex_unlock(&g_mu);
+        g_weights[i].p = X, g_weights[i].rows = rows, g_weights[i].cols = cols, g_weights[i].ld = ld;
+        g_weights[i].version = 0;
+        g_n_weights++;
+    }
+    if (g_weights[i].version != g_params_version) { /* stream order: earlier products have read the old copy */
+        cu_f32_to_bf16(g_weights[i].copy, cols, X, ld, rows, cols);
+        g_weights[i].version = g_params_version;
+    }
+    return g_weights[i].copy;
+}
+
+/* ------------------------------------------------------------------ kernel attributes */
+
+#define MAX_SMEM_KERNELS 64
+static struct {
+    const void *kernel;
+    size_t bytes; /* the limit set so far */
+} g_smem[MAX_SMEM_KERNELS];
+static int g_n_smem;
+
+void cu_allow_smem(const void *kernel, size_t bytes) {
+    if (bytes <= 48 * 1024) return;
+    int i = 0;
+    while (i < g_n_smem && g_smem[i].kernel != kernel) i++;
+    if (i < g_n_smem && g_smem[i].bytes >= bytes) return;
+    CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    if (i == g_n_smem && g_n_smem == MAX_SMEM_KERNELS) return; /* not remembered: set again next time */
+    if (i == g_n_smem) g_n_smem++;
+    g_smem[i].kernel = kernel, g_smem[i].bytes = bytes;
 }
 
 /* ------------------------------------------------------------------ scratch */
@@ -329,25 +426,22 @@ const float *cu_weight_f32(const float *p, size_t n) {
 
 #define STAGE_FLOATS ((size_t)1 << 22) /* 16 MB staging chunks for frozen (bf16) transfers */
 
-/* Split [p, p + n) at the start of a frozen range: the fp32 part first. */
-static size_t plain_prefix(const float *p, size_t n) {
-    uintptr_t a = (uintptr_t)p, b = (uintptr_t)(p + n);
-    for (int i = 0; i < g_n_frozen; i++)
-        if (g_frozen[i].lo > a && g_frozen[i].lo < b) return (g_frozen[i].lo - a) / sizeof(float);
-    return n;
+/* The first piece of [p, p + n) (frozen_ranges.h): its length; *f the bf16 store of a frozen piece, else NULL. */
+static size_t piece(const float *p, size_t n, const bf16 **f) {
+    int which;
+    size_t k = tn_frozen_piece(g_frozen, g_n_frozen, (uintptr_t)p, n, &which);
+    *f = which < 0 ? NULL : g_frozen_store[which] + ((uintptr_t)p - g_frozen[which].lo) / sizeof(float);
+    return k;
 }
 
 static void cuda_upload(float *dst, const float *host, size_t n) {
+    cu_params_written(dst, n * sizeof(float));
     while (n) {
-        const bf16 *f = cu_frozen(dst);
-        size_t k = f ? n : plain_prefix(dst, n);
+        const bf16 *f;
+        size_t k = piece(dst, n, &f);
         if (!f) {
             CU_CHECK(cudaMemcpyAsync(dst, host, k * sizeof(float), cudaMemcpyHostToDevice, g_cu.stream));
         } else {
-            uintptr_t end = 0; /* stay inside this frozen range */
-            for (int i = 0; i < g_n_frozen; i++)
-                if ((uintptr_t)dst >= g_frozen[i].lo && (uintptr_t)dst < g_frozen[i].hi) end = g_frozen[i].hi;
-            if ((uintptr_t)(dst + k) > end) k = (end - (uintptr_t)dst) / sizeof(float);
             float *stage = (float *)cu_scratch(SCR_PARTIAL, STAGE_FLOATS * sizeof(float));
             for (size_t off = 0; off < k; off += STAGE_FLOATS) {
                 size_t c = k - off < STAGE_FLOATS ? k - off : STAGE_FLOATS;
@@ -362,16 +456,12 @@ static void cuda_upload(float *dst, const float *host, size_t n) {
 
 static void cuda_download(float *host, const float *src, size_t n) {
     while (n) {
-        const bf16 *f = cu_frozen(src);
-        size_t k = f ? n : plain_prefix(src, n);
+        const bf16 *f;
+        size_t k = piece(src, n, &f);
         if (!f) {
             CU_CHECK(cudaMemcpyAsync(host, src, k * sizeof(float), cudaMemcpyDeviceToHost, g_cu.stream));
             CU_CHECK(cudaStreamSynchronize(g_cu.stream));
         } else {
-            uintptr_t end = 0;
-            for (int i = 0; i < g_n_frozen; i++)
-                if ((uintptr_t)src >= g_frozen[i].lo && (uintptr_t)src < g_frozen[i].hi) end = g_frozen[i].hi;
-            if ((uintptr_t)(src + k) > end) k = (end - (uintptr_t)src) / sizeof(float);
             float *stage = (float *)cu_scratch(SCR_PARTIAL, STAGE_FLOATS * sizeof(float));
             for (size_t off = 0; off < k; off += STAGE_FLOATS) {
                 size_t c = k - off < STAGE_FLOATS ? k - off : STAGE_FLOATS;
@@ -384,27 +474,54 @@ static void cuda_download(float *host, const float *src, size_t n) {
     }
 }
 
+/* upload_i32 without waiting for the device: the ids and targets of each lm_head chunk and micro-batch go through
+ * pinned staging slots, each reused only once the copy that read it has finished (its event), so the host goes on
+ * queueing kernels instead of draining the stream every chunk. Larger arrays wait as before. */
+#define I32_SLOTS 8
+#define I32_SLOT_BYTES ((size_t)4 << 20)
+static struct {
+    void *host;
+    cudaEvent_t done;
+    int used;
+} g_i32[I32_SLOTS];
+static int g_i32_next;
+
 static void cuda_upload_i32(int32_t *dst, const int32_t *host, size_t n) {
     if (!n) return;
-    CU_CHECK(cudaMemcpyAsync(dst, host, n * sizeof *dst, cudaMemcpyHostToDevice, g_cu.stream));
-    CU_CHECK(cudaStreamSynchronize(g_cu.stream));
+    size_t bytes = n * sizeof *dst;
+    if (bytes > I32_SLOT_BYTES) {
+        CU_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, g_cu.stream));
+        CU_CHECK(cudaStreamSynchronize(g_cu.stream)); /* the caller may reuse host at once */
+        return;
+    }
+    int k = g_i32_next;
+    g_i32_next = (k + 1) % I32_SLOTS;
+    if (!g_i32[k].host) {
+        CU_CHECK(cudaMallocHost(&g_i32[k].host, I32_SLOT_BYTES));
+        CU_CHECK(cudaEventCreateWithFlags(&g_i32[k].done, cudaEventDisableTiming));
+    } else if (g_i32[k].used) {
+        CU_CHECK(cudaEventSynchronize(g_i32[k].done)); /* its copy of 8 uploads ago: long finished */
+    }
+    memcpy(g_i32[k].host, host, bytes);
+    CU_CHECK(cudaMemcpyAsync(dst, g_i32[k].host, bytes, cudaMemcpyHostToDevice, g_cu.stream));
+    CU_CHECK(cudaEventRecord(g_i32[k].done, g_cu.stream));
+    g_i32[k].used = 1;
 }
 
 /* Writers of whole ranges: a frozen range may only be zeroed (a fresh model) or uploaded. */
 static void cuda_zero(float *p, size_t n) {
-    if (!n) return;
-    const bf16 *f = cu_frozen(p);
-    size_t k = f ? 0 : plain_prefix(p, n);
-    if (k) CU_CHECK(cudaMemsetAsync(p, 0, k * sizeof(float), g_cu.stream));
-    if (k < n) {
-        const bf16 *rest = cu_frozen(p + k);
-        if (!rest) tn_die("cuda: zero of a range that leaves a frozen weight slab");
-        CU_CHECK(cudaMemsetAsync((void *)rest, 0, (n - k) * sizeof(bf16), g_cu.stream));
+    cu_params_written(p, n * sizeof(float));
+    while (n) {
+        const bf16 *f;
+        size_t k = piece(p, n, &f);
+        if (f) CU_CHECK(cudaMemsetAsync((void *)f, 0, k * sizeof(bf16), g_cu.stream));
+        else CU_CHECK(cudaMemsetAsync(p, 0, k * sizeof(float), g_cu.stream));
+        p += k, n -= k;
     }
 }
 
 static void no_frozen(const float *p, size_t n, const char *what) {
-    if (n && (cu_frozen(p) || plain_prefix(p, n) != n))
+    if (tn_frozen_touches(g_frozen, g_n_frozen, (uintptr_t)p, n))
         tn_die("cuda: %s writes frozen (bf16-only) weights, which only upload may change", what);
 }
 
@@ -412,43 +529,61 @@ static void no_frozen(const float *p, size_t n, const char *what) {
 static void cuda_release(float *p, size_t n) { cuda_zero(p, n); }
 
 static size_t cuda_resident(const float *p, size_t n) {
-    if (!n) return 0;
-    const bf16 *f = cu_frozen(p);
-    size_t k = f ? 0 : plain_prefix(p, n);
-    return k * sizeof(float) + (n - k) * sizeof(bf16);
+    size_t bytes = 0;
+    while (n) {
+        const bf16 *f;
+        size_t k = piece(p, n, &f);
+        bytes += k * (f ? sizeof(bf16) : sizeof(float));
+        p += k, n -= k;
+    }
+    return bytes;
 }
 
+/* Piece by piece: a source that starts trainable and runs into the frozen tail reads the bf16 store there. */
 static void cuda_copy(float *dst, const float *src, size_t n) {
     if (!n || dst == src) return;
     no_frozen(dst, n, "copy");
-    const bf16 *f = cu_frozen(src);
-    if (f) {
-        cu_bf16_to_f32(dst, (int)n, f, (int)n, 1, (int)n);
-        return;
+    cu_params_written(dst, n * sizeof(float));
+    while (n) {
+        const bf16 *f;
+        size_t k = piece(src, n, &f);
+        if (f) cu_bf16_to_f32(dst, (int)k, f, (int)k, 1, (int)k);
+        else CU_CHECK(cudaMemcpyAsync(dst, src, k * sizeof(float), cudaMemcpyDeviceToDevice, g_cu.stream));
+        dst += k, src += k, n -= k;
     }
-    CU_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, g_cu.stream));
 }
 
 static void cuda_copy_rows(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
     no_frozen(dst, (size_t)(rows - 1) * ldd + cols, "copy_rows");
+    cu_params_written(dst, ((size_t)(rows - 1) * ldd + cols) * sizeof(float));
+    if (tn_frozen_touches(g_frozen, g_n_frozen, (uintptr_t)src, (size_t)(rows - 1) * lds + cols))
+        tn_die("cuda: copy_rows reads frozen (bf16-only) weights, which only copy and download widen");
     cu_copy_rows(dst, ldd, src, lds, rows, cols);
 }
 
 static void cuda_scale(float *x, size_t n, float s) {
     no_frozen(x, n, "scale");
+    cu_params_written(x, n * sizeof(float));
     cu_scale(x, n, s);
 }
 
 static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1, double beta2,
                        double eps, double weight_decay, double bias_corr1, double bias_corr2) {
     no_frozen(p, n, "adamw");
+    cu_params_written(p, n * sizeof(float)); /* the step: every kept bf16 copy is rounded again at its next use */
     cu_adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2);
+}
+
+static void cuda_add(float *y, const float *x, size_t n) {
+    cu_params_written(y, n * sizeof(float));
+    cu_add(y, x, n);
 }
 
 static void cuda_matmul(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                         int ldb, float beta, float *C, int ldc) {
     if (M > 0 && N > 0) no_frozen(C, (size_t)(M - 1) * ldc + N, "a matrix product (LoRA merges run on the CPU)");
+    if (M > 0 && N > 0) cu_params_written(C, ((size_t)(M - 1) * ldc + N) * sizeof(float));
     cu_matmul(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -514,7 +649,7 @@ static void fill_table(tn_backend *b) {
     b->adamw = cuda_adamw;
     b->all_finite = cu_all_finite;
     b->alloc_params = cuda_alloc_params;
-    b->add = cu_add;
+    b->add = cuda_add;
     /* 256M floats (1 GiB) of logits per chunk: lm_head products of >= 1700 rows for a 151936 vocabulary */
     b->logits_floats = (size_t)1 << 28;
     b->describe = cuda_describe;
@@ -541,6 +676,15 @@ int tn_cuda_pci_bus_id(int ordinal, char *buf, int len) {
         return -1;
     }
     return 0;
+}
+
+double tn_cuda_memory_bytes(int ordinal) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, ordinal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return (double)p.totalGlobalMem;
 }
 
 const tn_backend *tn_backend_cuda(int device, int bf16) {
@@ -601,8 +745,11 @@ int tn_cuda_owns(const void *p) {
 
 void tn_cuda_to_host(void *host, const void *dev, size_t bytes) {
     CU_CHECK(cudaSetDevice(g_cu.device));
-    if (bytes % sizeof(float) == 0 && cu_frozen((const float *)dev)) {
-        cuda_download((float *)host, (const float *)dev, bytes / sizeof(float));
+    size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
+    if (tn_frozen_touches(g_frozen, g_n_frozen, (uintptr_t)dev, n)) { /* any float of it, not only the first */
+        if (bytes % sizeof(float))
+            tn_die("cuda: a collective reads %zu bytes of frozen weights (not whole floats)", bytes);
+        cuda_download((float *)host, (const float *)dev, n);
         return;
     }
     CU_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, g_cu.stream));
@@ -612,9 +759,11 @@ void tn_cuda_to_host(void *host, const void *dev, size_t bytes) {
 void tn_cuda_to_device(void *dev, const void *host, size_t bytes) {
     CU_CHECK(cudaSetDevice(g_cu.device));
     no_frozen((const float *)dev, bytes / sizeof(float), "a collective");
+    cu_params_written(dev, bytes);
     CU_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, g_cu.stream));
     CU_CHECK(cudaStreamSynchronize(g_cu.stream));
 }
 
 void *tn_cuda_stream(void) { return (void *)g_cu.stream; }
+void tn_cuda_device_written(void) { g_params_version++; }
 int tn_cuda_device(void) { return g_cu.device; }

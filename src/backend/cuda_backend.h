@@ -31,6 +31,10 @@ int tn_cuda_device_count(void);
 /* The PCI bus id ("0000:19:00.0") of CUDA device `ordinal` as this process sees it (CUDA_VISIBLE_DEVICES applied);
  * opens nothing. 0, or -1 when there is no such device. */
 int tn_cuda_pci_bus_id(int ordinal, char *buf, int len);
+/* Total memory of device `ordinal` in bytes; 0 when it cannot be read. */
+double tn_cuda_memory_bytes(int ordinal);
+/* Device memory was written outside the backend's calls (an NCCL collective): kept bf16 weight copies are stale. */
+void tn_cuda_device_written(void);
 /* Opens the backend on `device` (once per process: a second call must name the same device and precision).
  * NULL + tn_err when the device cannot be used. */
 const tn_backend *tn_backend_cuda(int device, int bf16);

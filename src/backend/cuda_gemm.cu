@@ -2,7 +2,8 @@
  *
  * Row-major C[M,N] = alpha op(A) op(B) + beta C is the column-major product C^T = op(B)^T op(A)^T, so cuBLASLt gets
  * (B, A) in that order with the transposes as given. bf16 mode: each operand becomes bf16 (frozen weights already
- * are: their bf16 storage is used in place; anything else is rounded into a packed scratch copy), the product
+ * are: their bf16 storage is used in place; trainable weights are rounded once per optimizer step into a kept copy,
+ * cu_weight_bf16; anything else is rounded into a packed scratch copy), the product
  * accumulates in fp32 (CUBLAS_COMPUTE_32F) and C stays fp32. fp32 mode: fp32 operands, CUBLAS_COMPUTE_32F, which
  * never uses TF32. A plan (descriptors + the heuristic's algorithm) is kept per shape, leading dimensions and
  * pointer alignment, so a training step asks the heuristic once per distinct product. */
@@ -112,6 +113,11 @@ static const void *as_bf16(const float *X, int rows, int cols, int ld, int slot,
     if (f) {
         *ld_out = ld;
         return f;
+    }
+    const bf16 *w = cu_weight_bf16(X, rows, cols, ld); /* a trainable weight: its copy of this optimizer step */
+    if (w) {
+        *ld_out = cols;
+        return w;
     }
     bf16 *dst = (bf16 *)cu_scratch(slot, (size_t)rows * cols * sizeof(bf16));
     cu_f32_to_bf16(dst, cols, X, ld, rows, cols);

@@ -68,6 +68,17 @@ const bf16 *cu_frozen(const float *p);
  * for the next kernel launched. */
 const float *cu_weight_f32(const float *p, size_t n);
 
+/* bf16 copies of the trainable weights (cuda_backend.cu), bf16 mode: a matrix product's operand that lies in the
+ * parameter slab's fp32 part is rounded to bf16 once and kept until something writes the slab (the optimizer
+ * step, an upload, a collective), instead of once per product. cu_weight_bf16: the packed copy (ld = cols) of
+ * rows x cols at ld, or NULL when X is not a weight. cu_params_written: [p, p + bytes) was or will be written. */
+const bf16 *cu_weight_bf16(const float *X, int rows, int cols, int ld);
+void cu_params_written(const void *p, size_t bytes);
+
+/* A kernel's dynamic shared memory raised to `bytes` (over the 48 KB default): cudaFuncSetAttribute once per kernel
+ * and size, not on every launch. */
+void cu_allow_smem(const void *kernel, size_t bytes);
+
 /* Row-major 2-D conversions (rows x cols, leading dimensions given) */
 void cu_f32_to_bf16(bf16 *dst, int ldd, const float *src, int lds, int rows, int cols);
 void cu_bf16_to_f32(float *dst, int ldd, const bf16 *src, int lds, int rows, int cols);

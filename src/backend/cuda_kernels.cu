@@ -335,10 +335,15 @@ void cu_swiglu_backward(float *dgu, const float *dact, const float *gu, int T, i
 
 /* ------------------------------------------------------------------ cross-entropy */
 
+/* The 1024-thread kernels declare it (__launch_bounds__): the compiler then keeps them within 64 registers a thread,
+ * else a debug (-G) or register-hungry build fails to launch them ("too many resources requested"). Checked by
+ * tests/cli/test_cuda_launch_bounds.sh on a -G build. */
 #define CE_THREADS 1024
+#define SUM_THREADS 1024
 
 /* Block per row: max and sum of exp in fp32, the row loss in fp64 (as the CPU), then dlogits in place. */
-__global__ void k_cross_entropy(float *logits, const int32_t *targets, int V, float grad_scale, double *row_loss) {
+__global__ void __launch_bounds__(CE_THREADS) k_cross_entropy(float *logits, const int32_t *targets, int V,
+                                                              float grad_scale, double *row_loss) {
     __shared__ float sh[32];
     int t = blockIdx.x, y = targets[t];
     float *row = logits + (size_t)t * V;
@@ -368,7 +373,8 @@ __global__ void k_cross_entropy(float *logits, const int32_t *targets, int V, fl
 }
 
 /* One block: the row losses summed in order of rows (fixed tree), and the rows counted. */
-__global__ void k_sum_losses(const double *row_loss, const int32_t *targets, int T, double *out) {
+__global__ void __launch_bounds__(SUM_THREADS) k_sum_losses(const double *row_loss, const int32_t *targets, int T,
+                                                             double *out) {
     __shared__ double sh[32];
     double acc = 0.0, cnt = 0.0;
     for (int t = threadIdx.x; t < T; t += blockDim.x) {
@@ -384,7 +390,7 @@ double cu_cross_entropy(float *logits, const int32_t *targets, int T, int V, flo
     double *row_loss = (double *)cu_scratch(SCR_REDUCE, ((size_t)T + 2) * sizeof(double));
     k_cross_entropy<<<T, CE_THREADS, 0, g_cu.stream>>>(logits, targets, V, grad_scale, row_loss);
     cu_launched("cross_entropy");
-    k_sum_losses<<<1, 1024, 0, g_cu.stream>>>(row_loss, targets, T, row_loss + T);
+    k_sum_losses<<<1, SUM_THREADS, 0, g_cu.stream>>>(row_loss, targets, T, row_loss + T);
     cu_launched("cross_entropy (sum)");
     double *host = (double *)cu_host_scratch();
     CU_CHECK(cudaMemcpyAsync(host, row_loss + T, 2 * sizeof(double), cudaMemcpyDeviceToHost, g_cu.stream));
@@ -406,7 +412,7 @@ __device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t counter) {
 
 __global__ void k_dropout(float *y, const float *x, size_t n, float p, float keep_scale, uint64_t seed) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        y[i] = hash_uniform(seed, i) >= p ? x[i] * keep_scale : 0.0f;
+        y[i] = x[i] * (hash_uniform(seed, i) >= p ? keep_scale : 0.0f); /* as the CPU: a dropped NaN stays NaN */
 }
 
 void cu_dropout(float *y, const float *x, size_t n, float p, uint64_t seed) {
@@ -431,7 +437,7 @@ __global__ void k_sumsq_partial(const float *x, size_t n, double *partial) {
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-__global__ void k_sum_partials(const double *partial, int n, double *out) {
+__global__ void __launch_bounds__(SUM_THREADS) k_sum_partials(const double *partial, int n, double *out) {
     __shared__ double sh[32];
     double acc = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
@@ -444,7 +450,7 @@ double cu_sumsq(const float *x, size_t n) {
     double *partial = (double *)cu_scratch(SCR_REDUCE, (RED_BLOCKS + 1) * sizeof(double));
     k_sumsq_partial<<<RED_BLOCKS, THREADS, 0, g_cu.stream>>>(x, n, partial);
     cu_launched("sumsq");
-    k_sum_partials<<<1, 1024, 0, g_cu.stream>>>(partial, RED_BLOCKS, partial + RED_BLOCKS);
+    k_sum_partials<<<1, SUM_THREADS, 0, g_cu.stream>>>(partial, RED_BLOCKS, partial + RED_BLOCKS);
     cu_launched("sumsq (finish)");
     double *host = (double *)cu_host_scratch();
     CU_CHECK(cudaMemcpyAsync(host, partial + RED_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, g_cu.stream));

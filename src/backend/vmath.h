@@ -7,18 +7,23 @@
 #ifndef TN_VMATH_H
 #define TN_VMATH_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #define TN_LANES 16
 
 static inline float tn_expf(float x) {
-    /* e^x = 2^n e^r, n = round(x / ln2), r = x - n ln2 in [-ln2/2, ln2/2] (Cody-Waite split of ln2) */
-    x = x < -87.3f ? -87.3f : x; /* keeps 2^n normal; exp underflows to ~1e-38 here, never to 0 */
-    x = x > 88.3f ? 88.3f : x;
-    float t = x * 1.44269504088896341f;
+    /* e^x = 2^n e^r, n = round(x / ln2), r = x - n ln2 in [-ln2/2, ln2/2] (Cody-Waite split of ln2).
+     * Non-finite inputs are defined (selects, which vectorise like the clamps): NaN gives NaN, x above
+     * ln(FLT_MAX) gives +inf as expf does; the polynomial itself only ever sees a finite, clamped x, so the
+     * float-to-int conversion and the exponent shift below stay in range. */
+    float c = x == x ? x : 0.0f;
+    c = c < -87.3f ? -87.3f : c; /* keeps 2^n normal; exp underflows to ~1e-38 here, never to 0 */
+    c = c > 88.3f ? 88.3f : c;
+    float t = c * 1.44269504088896341f;
     float n = (t + 12582912.0f) - 12582912.0f; /* round to nearest even: 1.5 * 2^23 trick, |t| < 2^22 */
-    float r = x - n * 0.693145751953125f;
+    float r = c - n * 0.693145751953125f;
     r = r - n * 1.428606765330187045e-06f;
     float p = 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
@@ -26,10 +31,11 @@ static inline float tn_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; /* n in [-126, 127]: a normal exponent */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    float e = x > 88.72284f ? (float)INFINITY : p * scale; /* ln(FLT_MAX) = 88.7228391 */
+    return x == x ? e : x;
 }
 
 static inline float tn_sigmoidf(float x) { return 1.0f / (1.0f + tn_expf(-x)); }

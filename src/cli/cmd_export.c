@@ -12,6 +12,8 @@
 #include "config/train_config.h"
 #include "core/core.h"
 #include "model/model.h"
+#include "outputs/chat_template.h"
+#include "trainer/memory_check.h"
 
 static int do_export(const tn_train_config *cfg) {
     if (!cfg->model_name_or_path[0]) return tn_err("export: set model_name_or_path (the base model folder)");
@@ -19,10 +21,11 @@ static int do_export(const tn_train_config *cfg) {
     char *cfg_path = tn_path_join(cfg->model_name_or_path, "config.json");
     tn_model_config mc;
     int rc = tn_model_config_load(cfg_path, &mc);
+    tn_lora_config lora = {0};
+    if (rc == 0 && cfg->adapter_name_or_path[0]) rc = tn_lora_config_load(cfg->adapter_name_or_path, &lora);
+    if (rc == 0) rc = tn_memory_check_create(cfg_path, &mc, lora.r > 0);
     free(cfg_path);
     if (rc) return -1;
-    tn_lora_config lora = {0};
-    if (cfg->adapter_name_or_path[0] && tn_lora_config_load(cfg->adapter_name_or_path, &lora) != 0) return -1;
     tn_model *m = tn_model_create(&mc, lora.r ? &lora : NULL, tn_backend_cpu());
     rc = tn_model_load_hf(m, cfg->model_name_or_path);
     if (rc == 0 && lora.r) rc = tn_model_load_adapter(m, cfg->adapter_name_or_path);
@@ -34,7 +37,10 @@ static int do_export(const tn_train_config *cfg) {
     }
     if (rc == 0) {
         int copied = tn_model_copy_tokenizer_files(cfg->model_name_or_path, cfg->export_dir);
-        if (copied < 0) rc = tn_err("export: cannot copy the tokenizer files into %s", cfg->export_dir);
+        if (copied < 0) rc = -1; /* tn_err names the file and why */
+        /* the chat template as training leaves it beside the adapter: its own file when the base only has it in
+         * tokenizer_config.json */
+        else if (tn_write_chat_template(cfg->model_name_or_path, cfg->export_dir) < 0) rc = -1;
         else
             printf("tandem: exported %s%s%s to %s (%d tokenizer files copied)\n", cfg->model_name_or_path,
                    lora.r ? " + adapter " : "", lora.r ? cfg->adapter_name_or_path : "", cfg->export_dir, copied);
@@ -58,6 +64,9 @@ int tn_cmd_export(int argc, char **argv) {
     }
     if (rc == 0) rc = tn_train_config_finish(&cfg);
     if (rc == 0) rc = tn_train_config_check_model_paths(&cfg);
+    char shards[96]; /* the general note says "only tandem export reads it": this is tandem export */
+    snprintf(shards, sizeof shards, "safetensors shards of at most %d GB", cfg.export_size);
+    tn_train_config_reword_note(&cfg, "export_size", shards);
     if (rc == 0) tn_train_config_print_notices(&cfg, stdout);
     if (rc == 0) rc = do_export(&cfg);
     if (rc != 0) {
@@ -89,11 +98,19 @@ int tn_cmd_init_model(int argc, char **argv) {
     }
     tn_model_config mc;
     int rc = tn_model_config_load(config, &mc);
+    if (rc == 0) rc = tn_memory_check_create(config, &mc, 0); /* named before allocating, as train does */
     tn_model *m = rc ? NULL : tn_model_create(&mc, NULL, tn_backend_cpu());
     if (m) {
         tn_model_init_random(m, (uint64_t)seed);
         rc = tn_model_save_hf(m, out, (size_t)5 << 30);
-        if (rc == 0 && tokdir && tn_model_copy_tokenizer_files(tokdir, out) <= 0)
+        if (rc == 0 && mc.vis.kind != TN_VL_NONE) { /* a VL model folder needs its image processor's settings */
+            char *pp = tn_path_join(out, "preprocessor_config.json");
+            rc = tn_vl_write_preprocessor_config(&mc, pp);
+            free(pp);
+        }
+        int copied = rc == 0 && tokdir ? tn_model_copy_tokenizer_files(tokdir, out) : 1;
+        if (copied < 0) rc = -1; /* tn_err names the file and why */
+        else if (copied == 0)
             rc = tn_err("init-model: no tokenizer files copied from %s (expected tokenizer.json there)", tokdir);
         if (rc == 0)
             printf("tandem: wrote a freshly initialised %s model (%.2fM parameters) to %s\n", mc.model_type,

@@ -28,8 +28,10 @@
 #include "cli/commands.h"
 #include "config/train_config.h"
 #include "core/core.h"
+#include "core/shell_quote.h"
 #include "launch/accelerate_config.h"
 #include "launch/hostfile.h"
+#include "launch/ifname.h"
 #include "launch/pernode.h"
 #include "launch/proc_identity.h"
 #include "launch/reaper.h"
@@ -126,6 +128,22 @@ static int check_host_reachable(const tn_hostfile *hf, const tn_host *h) {
     return 0;
 }
 
+/* The devices CUDA_VISIBLE_DEVICES lists (0 when it is unset or empty). As CUDA reads it, an entry that is
+ * neither an index nor a GPU-/MIG- UUID ends the list (CUDA_VISIBLE_DEVICES=-1 hides every device). */
+static int visible_devices(void) {
+    const char *s = getenv("CUDA_VISIBLE_DEVICES");
+    int k = 0;
+    for (const char *p = s ? s : ""; *p; k++) {
+        size_t len = strcspn(p, ",");
+        int index = len > 0 && strspn(p, "0123456789") >= len;
+        if (!index && strncmp(p, "GPU-", 4) != 0 && strncmp(p, "MIG-", 4) != 0) break;
+        p += len + (p[len] == ',');
+    }
+    if (k > 0) printf("tandem launch: %d rank(s) on this machine, one per device of CUDA_VISIBLE_DEVICES=%s "
+                      "(NPROC_PER_NODE is not set)\n", k, s);
+    return k;
+}
+
 static int parse_args(int argc, char **argv, const char *command, launch_opts *o) {
     memset(o, 0, sizeof *o);
     o->command = command;
@@ -169,6 +187,8 @@ static int parse_args(int argc, char **argv, const char *command, launch_opts *o
                           "--drop-dead-hosts, --no-bind, --dry-run, --config_file FILE, --dashboard [HOST:]PORT)", argv[i]);
         }
     }
+    if (o->n == 0 && !o->hostfile && !o->accelerate && strcmp(command, "env") != 0)
+        o->n = visible_devices(); /* no NPROC_PER_NODE, no -n: LLaMA-Factory's device count, one rank per GPU */
     if (o->pernode && o->hostfile)
         return tn_err("launch: NNODES=%d (a per-node launch) and --hostfile exclude each other: unset NNODES, or start "
                       "the command on every machine without --hostfile", o->pn.nnodes);
@@ -262,15 +282,31 @@ static int network_towards(const char *host, char *cidr, size_t n) {
     return found;
 }
 
+/* NCCL_SOCKET_IFNAME, when set, resolved against this machine's interfaces (launch/ifname.h) into `out`,
+ * with one line saying where MPI's TCP goes; "" when it is not set. 0, or -1 + tn_err. */
+static int socket_ifname(char *out, size_t n) {
+    const char *spec = getenv("NCCL_SOCKET_IFNAME");
+    out[0] = '\0';
+    if (!spec || !*spec) return 0;
+    if (tn_ifname_resolve(spec, out, n) < 0) return -1;
+    int btl = !getenv("OMPI_MCA_btl_tcp_if_include") && !getenv("OMPI_MCA_btl_tcp_if_exclude");
+    int oob = !getenv("OMPI_MCA_oob_tcp_if_include") && !getenv("OMPI_MCA_oob_tcp_if_exclude");
+    printf("tandem launch: NCCL_SOCKET_IFNAME=%s: MPI's TCP (%s%s%s) uses %s%s\n", spec, btl ? "btl_tcp_if_include" : "",
+           btl && oob ? ", " : "", oob ? "oob_tcp_if_include" : "", out,
+           btl && oob ? "" : " (your OMPI_MCA_*_tcp_if_* setting wins for the other)");
+    return 0;
+}
+
 /* mpirun's command line for `ranks` ranks (on hostfile when given), then `tandem train CONFIG overrides...`
  * and the extra overrides. */
 /* Limits Open MPI's TCP (ranks and daemons) to the network `net`, unless the user chose otherwise. */
 static void push_network(const char *net, char ***v, int *n, int *cap) {
     const char *keys[2] = {"btl_tcp_if_include", "oob_tcp_if_include"};
     for (int k = 0; k < 2 && net && *net; k++) {
-        char env[64];
+        char env[64], ex[64];
         snprintf(env, sizeof env, "OMPI_MCA_%s", keys[k]);
-        if (getenv(env)) continue; /* the user's choice wins */
+        snprintf(ex, sizeof ex, "OMPI_MCA_%.*s_exclude", (int)(strlen(keys[k]) - strlen("_include")), keys[k]);
+        if (getenv(env) || getenv(ex)) continue; /* the user's choice wins (Open MPI refuses include with exclude) */
         push(v, n, cap, "--mca");
         push(v, n, cap, keys[k]);
         push(v, n, cap, net);
@@ -344,7 +380,7 @@ static void build_command(const launch_opts *o, const char *hostfile, const char
         }
     }
     /* forward what a run needs: threads, tandem's own variables, library paths */
-    const char *fwd[] = {"OMP_NUM_THREADS", "PATH", "LD_LIBRARY_PATH", NULL};
+    const char *fwd[] = {"OMP_NUM_THREADS", "PATH", "LD_LIBRARY_PATH", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", NULL};
     for (int i = 0; fwd[i]; i++)
         if (getenv(fwd[i])) {
             push(v, n, &cap, "-x");
@@ -501,12 +537,18 @@ int tn_launch(int argc, char **argv, const char *command) {
     static tn_train_config cfg;
     int rc = parse_args(argc, argv, command, &o);
     const int is_env = strcmp(command, "env") == 0;
+    if (rc == 0 && o.pernode && o.pn.note[0]) printf("tandem launch: %s\n", o.pn.note);
+    if (rc == 0 && o.pernode && strcmp(o.pn.rank_from, "RANK") == 0)
+        printf("tandem launch: this machine is node %d of %d (RANK=%d; NODE_RANK is not set)\n", o.pn.node_rank,
+               o.pn.nnodes, o.pn.node_rank);
     if (rc == 0 && strcmp(command, "train") == 0) rc = check_config(&o, &cfg);
     if (rc == 0 && o.hostfile) {
         rc = tn_hostfile_load(o.hostfile, &hf);
         for (int i = 0; rc == 0 && i < hf.n; i++)
             if (!is_local_host(hf.hosts[i].name)) rc = check_host_reachable(&hf, &hf.hosts[i]);
     }
+    char if_net[256] = ""; /* NCCL_SOCKET_IFNAME, as the interfaces Open MPI's TCP takes */
+    if (rc == 0 && (o.pernode || o.hostfile)) rc = socket_ifname(if_net, sizeof if_net); /* a job across machines */
     char exe[4096];
     ssize_t len = rc == 0 ? readlink("/proc/self/exe", exe, sizeof exe - 1) : 0;
     if (rc == 0 && len <= 0) rc = tn_err("/proc/self/exe: cannot find this program's path");
@@ -548,9 +590,11 @@ int tn_launch(int argc, char **argv, const char *command) {
         tn_reaper_become();
     }
     tn_rdzv *rdzv = NULL;
-    char pn_net[64] = "";
+    char pn_net[256] = "";
     if (o.pernode) { /* this machine's part of a per-node launch: find the other machines first */
-        if (!network_towards(o.pn.master_addr, pn_net, sizeof pn_net)) { /* node 0 is this machine: stay on lo */
+        if (if_net[0]) /* NCCL_SOCKET_IFNAME: the user's interface */
+            snprintf(pn_net, sizeof pn_net, "%s", if_net);
+        else if (!network_towards(o.pn.master_addr, pn_net, sizeof pn_net)) { /* node 0 is this machine: stay on lo */
             struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
             if (getaddrinfo(o.pn.master_addr, NULL, &hints, &ai) == 0) {
                 if (ntohl(((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr) >> 24 == 127) snprintf(pn_net, sizeof pn_net, "lo");
@@ -613,14 +657,15 @@ int tn_launch(int argc, char **argv, const char *command) {
         }
         char **v;
         int n;
-        char net[64] = "";
-        for (int i = 0; o.hostfile && i < hf.n && !net[0]; i++)
+        char net[256] = "";
+        for (int i = 0; o.hostfile && !if_net[0] && i < hf.n && !net[0]; i++)
             if (!is_local_host(hf.hosts[i].name)) network_towards(hf.hosts[i].name, net, sizeof net);
+        if (if_net[0]) snprintf(net, sizeof net, "%s", if_net);
         if (o.pernode) snprintf(net, sizeof net, "%s", pn_net);
         build_command(&o, live_hostfile[0] ? live_hostfile : o.hostfile, net, ranks, exe, o.pernode ? &job : NULL, xp,
                       n_extra, &v, &n);
-        printf("tandem launch:");
-        for (int i = 0; i < n; i++) printf(" %s", v[i]);
+        printf("tandem launch: "); /* copy-paste safe: every word as sh reads it back */
+        tn_sh_print_argv(stdout, v, n);
         printf("\n");
         fflush(stdout);
         if (o.dry_run) {

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "comm/comm.h"
 #include "config/deepspeed_config.h"
@@ -74,6 +75,11 @@ int tn_cli_load_train_config(int argc, char **argv, int world, tn_train_config *
         ds_stage = ds.zero_stage;
     }
     if (rc == 0) rc = pick_zero_stage(cfg, ds_stage);
+    if (rc == 0) { /* bf16's note: what the backend this run gets does with it, one line */
+        char line[256];
+        tn_backend_precision(cfg->device, cfg->bf16, line, sizeof line);
+        tn_train_config_reword_note(cfg, "bf16", line);
+    }
     return rc;
 }
 

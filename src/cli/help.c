@@ -13,9 +13,12 @@ typedef struct {
     const char *options;    /* one option a line, "  --flag ARG   what it does" */
 } page;
 
-#define CONFIG_ARGS \
+/* EXAMPLE: a key the command itself reads */
+#define CONFIG_ARGS_EX(EXAMPLE) \
     "  CONFIG.yaml     LLaMA-Factory keys (README: Training your own run)\n" \
-    "  key=value       override a key of the YAML (learning_rate=1e-4)\n"
+    "  key=value       override a key of the YAML (" EXAMPLE ")\n"
+#define CONFIG_ARGS CONFIG_ARGS_EX("learning_rate=1e-4")
+#define INFER_ARGS CONFIG_ARGS_EX("temperature=0.7")
 
 static const page PAGES[] = {
     {"train", NULL, "train CONFIG.yaml [key=value ...]",
@@ -40,7 +43,9 @@ static const page PAGES[] = {
      "  --help, -h            this page\n"
      CONFIG_ARGS
      "environment, one command per machine as with torchrun: NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT,\n"
-     "  NPROC_PER_NODE, FORCE_TORCHRUN=1 (tandem train too), TANDEM_RDZV_TIMEOUT (seconds node 0 waits)\n"},
+     "  NPROC_PER_NODE, FORCE_TORCHRUN=1 (tandem train too), TANDEM_RDZV_TIMEOUT (seconds node 0 waits); RANK for\n"
+     "  NODE_RANK when that is unset (older LLaMA-Factory); CUDA_VISIBLE_DEVICES (k devices: k ranks when\n"
+     "  NPROC_PER_NODE is unset); NCCL_SOCKET_IFNAME (also MPI's TCP interfaces); NCCL_DEBUG=INFO (communication log)\n"},
     {"env", NULL, "env [--hostfile FILE]",
      "what llamafactory-cli env and ds_report print: versions, BLAS kernel, CPU, memory, NUMA, MPI, CUDA; with\n"
      "several machines (--hostfile, or NNODES per node) one column each, differences marked",
@@ -79,12 +84,12 @@ static const page PAGES[] = {
      "  TANDEM_UPLOT_DIR (uPlot's dist folder; default: where scripts/install-deps.sh installs it)\n"},
     {"export", NULL, "export [CONFIG.yaml] [key=value ...]",
      "merge adapter_name_or_path into model_name_or_path and write an HF model folder to export_dir",
-     CONFIG_ARGS
+     CONFIG_ARGS_EX("export_size=2")
      "  keys: model_name_or_path, adapter_name_or_path, export_dir, export_size (GB a shard, default 5)\n"
      "  --help, -h      this page\n"},
     {"chat", NULL, "chat CONFIG.yaml [key=value ...]",
      "talk to model_name_or_path (+ adapter_name_or_path) through its template; \"clear\" starts over, \"exit\" leaves",
-     CONFIG_ARGS
+     INFER_ARGS
      "  keys: model_name_or_path, adapter_name_or_path, template, default_system, enable_thinking, do_sample,\n"
      "        temperature, top_p, top_k, repetition_penalty, max_new_tokens (LLaMA-Factory's defaults)\n"
      "  --help, -h      this page\n"},
@@ -92,11 +97,11 @@ static const page PAGES[] = {
      "one answer to TEXT, through the template (the keys of chat), streamed as it is generated",
      "  --prompt TEXT   the user's message\n"
      "  --stats         print time to first token and tokens/s to stderr\n"
-     CONFIG_ARGS
+     INFER_ARGS
      "  --help, -h      this page\n"},
     {"api", NULL, "api CONFIG.yaml [key=value ...]",
      "an OpenAI-compatible server (LLaMA-Factory's api): GET /v1/models, POST /v1/chat/completions, streaming or not",
-     CONFIG_ARGS
+     INFER_ARGS
      "  --help, -h      this page\n"
      "environment: API_HOST (default 127.0.0.1; another address needs API_KEY), API_PORT (8000), API_KEY (bearer\n"
      "  token), API_MODEL_NAME (gpt-3.5-turbo), MAX_CONCURRENT (sequences decoded together, 8), API_MAX_QUEUE\n"
@@ -178,7 +183,14 @@ static void print_page(const page *p) {
 
 void tn_cli_usage(FILE *f) {
     fprintf(f, "usage: tandem COMMAND [ARGS]     (tandem COMMAND --help: its options)\n\ncommands:\n");
-    for (int i = 0; i < N_PAGES; i++) fprintf(f, "  tandem %s\n      %s\n", PAGES[i].usage, PAGES[i].summary);
+    for (int i = 0; i < N_PAGES; i++) {
+        fprintf(f, "  tandem %s\n", PAGES[i].usage);
+        for (const char *l = PAGES[i].summary; *l;) { /* every line of a summary indented alike */
+            size_t n = strcspn(l, "\n");
+            fprintf(f, "      %.*s\n", (int)n, l);
+            l += n + (l[n] == '\n');
+        }
+    }
     fprintf(f, "  tandem help [COMMAND]    this overview, or a command's page\n"
                "  tandem version           version and build fingerprint (also --version)\n\n"
                "launch options: -n N (--nproc N) | --hostfile FILE, --max-restarts N, --drop-dead-hosts, --config_file FILE,\n"

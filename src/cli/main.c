@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/help.h"
 #include "core/core.h"
+#include "core/oom.h"
 #include "serve/api.h"
 
 /* libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, when it is loaded, before main() runs. Its default
@@ -22,6 +23,7 @@ static void default_wait_policy(char **argv) {
 }
 
 int main(int argc, char **argv) {
+    tn_json_oom_reset(); /* cJSON's allocation hooks, before any thread may parse (core/oom.h) */
     if (argc < 2) {
         tn_cli_usage(stderr);
         return 1;

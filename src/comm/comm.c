@@ -150,6 +150,7 @@ static int discover(tn_comm *c) {
     int ring_key = 0;
     while (c->ring_world[ring_key] != rank) ring_key++;
     tn_comm_shard_layout(c, node_of, lrank, lsize);
+    tn_comm_log_machines(c, node_of);
     free(all), free(node_of), free(lrank), free(lsize);
     if ((rc = MPI_Comm_split(c->world, c->info.node, rank, &c->local)) != MPI_SUCCESS ||
         (rc = MPI_Comm_split(c->world, c->info.local_rank == 0 ? 0 : MPI_UNDEFINED, c->info.node, &c->leaders)) !=
@@ -208,6 +209,7 @@ tn_comm *tn_comm_init(int *argc, char ***argv) {
     c->be_explicit = backend != 0;
     if (!c->be) goto fail;
     if (tn_comm_progress_start(c) != 0) goto fail;
+    tn_comm_log_init(c);
     return c;
 fail:;
     char msg[1024];
@@ -226,6 +228,7 @@ fail:;
 void tn_comm_finalize(tn_comm *c) {
     if (!c) return;
     if (c->be->wait_all(c) != 0) fprintf(stderr, "tandem: warning: %s\n", tn_errmsg());
+    tn_comm_log_finalize(c);
     tn_comm_device_free(c); /* staged copies still pending are dropped: their device memory may be gone */
     tn_comm_progress_stop(c);
     tn_watchdog_free(c);

@@ -124,6 +124,8 @@ typedef struct {
     void (*to_device)(void *dev, const void *host, size_t bytes);
     void *queue;                                                  /* the kernels' cudaStream_t (NCCL waits on it) */
     int device;                                                   /* the CUDA device ordinal */
+    char bus_id[32]; /* its PCI bus id ("0000:1b:00.0"; "" unknown): which GPU it is, whatever CUDA_VISIBLE_DEVICES */
+    void (*written)(void); /* a collective is about to write device memory (NCCL): the backend's caches of it go */
 } tn_comm_device;
 /* Collective, once, before any collective on device memory; dev NULL for a host (CPU) backend. Every rank must
  * attach the same kind (else one line naming the first rank that differs). With a device on every rank and

@@ -5,10 +5,12 @@
  * the result back. A non-blocking one copies out at once (to_host waits for the kernels that produce the buffer)
  * and is queued on the host copy like any MPI op; the copy back happens in tn_comm_wait (or wait_all) on the
  * caller's thread, so every CUDA call stays on the thread that computes. The range collectives (ZeRO) work on a
- * host mirror of the whole slab, allocated on first use and touched only where ranges are copied. */
+ * host mirror of the whole slab, allocated on first use and touched only where ranges are copied. The ops that exist
+ * on host memory only (exchange.h) stage a device buffer the same way whichever backend carries the rest. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "comm/comm_impl.h"
 #include "core/core.h"
@@ -62,6 +64,20 @@ tn_comm_op *tn_comm_staged_iallreduce(tn_comm *c, float *buf, size_t n) {
         return NULL;
     }
     remember(c, op, buf, host, n * sizeof *host, 1);
+    return op;
+}
+
+float *tn_comm_stage_out(tn_comm *c, const float *buf, size_t n) {
+    if (!c->dev || !buf || !c->dev->owns(buf)) return NULL;
+    float *host = tn_xmalloc(n ? n * sizeof *host : 1);
+    c->dev->to_host(host, buf, n * sizeof *host);
+    return host;
+}
+
+tn_comm_op *tn_comm_stage_track(tn_comm *c, tn_comm_op *op, float *dev, float *host, size_t n) {
+    if (!host) return op;
+    if (!op) free(host);
+    else remember(c, op, dev, host, n * sizeof *host, 1);
     return op;
 }
 
@@ -129,9 +145,18 @@ void tn_comm_device_free(tn_comm *c) {
     }
 }
 
-typedef struct {
-    int32_t has, device, node;
-} device_id;
+static int same_gpu(const tn_comm_dev_id *a, const tn_comm_dev_id *b) {
+    if (a->node != b->node) return 0;
+    if (a->bus[0] && b->bus[0]) return strcasecmp(a->bus, b->bus) == 0;
+    return a->device == b->device; /* a bus id unknown: the ordinals are all there is */
+}
+
+int tn_comm_first_shared_device(const tn_comm_dev_id *all, int size) {
+    for (int r = 1; r < size; r++)
+        for (int q = 0; q < r; q++)
+            if (all[q].has && all[r].has && same_gpu(&all[q], &all[r])) return r;
+    return -1;
+}
 
 int tn_comm_attach_device(tn_comm *c, const tn_comm_device *dev, char *note, size_t note_size) {
     char scratch[8];
@@ -139,8 +164,11 @@ int tn_comm_attach_device(tn_comm *c, const tn_comm_device *dev, char *note, siz
     note[0] = 0;
     if (c->dev) return tn_err("comm: a device is attached already");
     int size = c->info.size;
-    device_id me = {dev != NULL, dev ? dev->device : -1, c->info.node};
-    device_id *all = tn_xmalloc((size_t)size * sizeof *all);
+    tn_comm_dev_id me;
+    memset(&me, 0, sizeof me);
+    me.has = dev != NULL, me.device = dev ? dev->device : -1, me.node = c->info.node;
+    if (dev) snprintf(me.bus, sizeof me.bus, "%s", dev->bus_id);
+    tn_comm_dev_id *all = tn_xmalloc((size_t)size * sizeof *all);
     if (tn_comm_allgather(c, &me, sizeof me, all) != 0) {
         free(all);
         return -1;
@@ -159,13 +187,7 @@ int tn_comm_attach_device(tn_comm *c, const tn_comm_device *dev, char *note, siz
     }
     c->dev_copy = *dev;
     c->dev = &c->dev_copy;
-    int shared = -1; /* a rank sharing its machine's device with a lower rank */
-    for (int r = 0; r < size && shared < 0; r++)
-        for (int q = 0; q < r; q++)
-            if (all[q].node == all[r].node && all[q].device == all[r].device) {
-                shared = r;
-                break;
-            }
+    int shared = tn_comm_first_shared_device(all, size); /* a rank sharing its machine's GPU with a lower rank */
     if (c->be->device_buffers) {
         snprintf(note, note_size, "gradients between GPUs through NCCL ($TANDEM_COMM_BACKEND=nccl)");
     } else if (size == 1) {
@@ -173,8 +195,9 @@ int tn_comm_attach_device(tn_comm *c, const tn_comm_device *dev, char *note, siz
     } else if (c->be_explicit) {
         snprintf(note, note_size, "gradients through MPI, staged in host memory ($TANDEM_COMM_BACKEND=mpi)");
     } else if (shared >= 0) {
-        snprintf(note, note_size, "ranks %d and another rank share GPU %d on host %s, which NCCL refuses: gradients "
-                 "through MPI, staged in host memory", shared, all[shared].device, tn_comm_host_of(c, shared));
+        snprintf(note, note_size, "rank %d and another rank share GPU %d (%s) on host %s, which NCCL refuses: "
+                 "gradients through MPI, staged in host memory", shared, all[shared].device,
+                 all[shared].bus[0] ? all[shared].bus : "bus id unknown", tn_comm_host_of(c, shared));
     } else {
         const tn_comm_backend *nccl = tn_comm_nccl_open(c); /* collective: every rank tries, all agree */
         if (nccl) {

@@ -119,6 +119,8 @@ tn_comm_op *tn_comm_iexchange(tn_comm *c, float *buf, size_t n, const tn_exchang
         tn_err("comm: exchange of %zu floats got a NULL buffer", n);
         return NULL;
     }
+    float *dev = buf, *host = tn_comm_stage_out(c, buf, n); /* device memory: the exchange runs on a host copy */
+    if (host) buf = host;
     tn_comm_op *op = tn_comm_op_new(c);
     xop *o = tn_xcalloc(1, sizeof *o);
     o->c = c, o->buf = buf, o->n = n, o->x = *x;
@@ -135,9 +137,9 @@ tn_comm_op *tn_comm_iexchange(tn_comm *c, float *buf, size_t n, const tn_exchang
     if (bad) {
         xop_release(op);
         free(op);
-        return NULL;
+        return tn_comm_stage_track(c, NULL, dev, host, n);
     }
-    return x->background ? tn_comm_submit_background(c, op) : tn_comm_submit(c, op);
+    return tn_comm_stage_track(c, x->background ? tn_comm_submit_background(c, op) : tn_comm_submit(c, op), dev, host, n);
 }
 
 static int noop_step(tn_comm_op *op, int *progressed) {
@@ -151,8 +153,11 @@ tn_comm_op *tn_comm_iallreduce_local_f32(tn_comm *c, float *buf, size_t n) {
         tn_err("comm: local allreduce of %zu floats got a NULL buffer", n);
         return NULL;
     }
-    if (c->shm && n > 0) return tn_comm_submit(c, tn_shm_allreduce_op(c, buf, n, 1));
-    tn_comm_op *op = tn_comm_op_new(c);
+    if (c->shm && n > 0) { /* through shared memory: a device buffer goes through a host copy */
+        float *host = tn_comm_stage_out(c, buf, n);
+        return tn_comm_stage_track(c, tn_comm_submit(c, tn_shm_allreduce_op(c, host ? host : buf, n, 1)), buf, host, n);
+    }
+    tn_comm_op *op = tn_comm_op_new(c); /* alone on the machine: the sum is the buffer itself */
     op->step = noop_step;
     return tn_comm_submit(c, op);
 }

@@ -121,6 +121,12 @@ struct tn_comm_op {
     char err[256];
 };
 
+/* comm_log.c: NCCL_DEBUG=INFO's communication log (silent otherwise) */
+int tn_comm_log_on(void);
+void tn_comm_log_machines(const tn_comm *c, const int *node_of); /* rank 0: each machine's ranks */
+void tn_comm_log_init(const tn_comm *c);                         /* this rank's place; rank 0: tuning */
+void tn_comm_log_finalize(tn_comm *c);
+
 /* comm_progress.c */
 int tn_comm_progress_start(tn_comm *c);
 void tn_comm_progress_stop(tn_comm *c);
@@ -199,10 +205,23 @@ int tn_comm_staging(const tn_comm *c, const void *p);
 int tn_comm_staged_blocking(tn_comm *c, int what, void *buf, size_t bytes, int root);
 tn_comm_op *tn_comm_staged_iallreduce(tn_comm *c, float *buf, size_t n);
 tn_comm_op *tn_comm_staged_range(tn_comm *c, int kind, float *slab, size_t n, size_t lo, size_t hi);
+/* The ops that run on host memory whatever the backend (exchange.h: the machine-level exchange, the machine-local
+ * sum): tn_comm_stage_out returns a host copy of buf when it is device memory (NULL: buf is host memory), and
+ * tn_comm_stage_track hands the op that runs on that copy to the wait hooks (which copy it back and free it). */
+float *tn_comm_stage_out(tn_comm *c, const float *buf, size_t n);
+tn_comm_op *tn_comm_stage_track(tn_comm *c, tn_comm_op *op, float *dev, float *host, size_t n);
 struct tn_staged *tn_comm_staged_take(tn_comm *c, const tn_comm_op *op);
 int tn_comm_staged_finish(tn_comm *c, struct tn_staged *s, int rc);
 int tn_comm_staged_finish_all(tn_comm *c, int rc);
 void tn_comm_device_free(tn_comm *c);
+/* What each rank computes on (gathered by tn_comm_attach_device), and the first rank that shares its machine's GPU
+ * with a lower rank (-1: none). A GPU is its PCI bus id where both ranks know it: with CUDA_VISIBLE_DEVICES set per
+ * rank, as schedulers do, every rank's device ordinal is 0, yet the GPUs differ. */
+typedef struct {
+    int32_t has, device, node;
+    char bus[32];
+} tn_comm_dev_id;
+int tn_comm_first_shared_device(const tn_comm_dev_id *all, int size);
 enum { TN_STAGE_ALLREDUCE, TN_STAGE_REDUCE_SCATTER, TN_STAGE_ALLGATHER, TN_STAGE_BCAST };
 
 #endif

@@ -74,6 +74,7 @@ static int sync_stream(nccl_state *s) {
 /* The kernels queued on the compute backend's stream so far produce the buffers: NCCL's stream waits for them
  * (without blocking the host). Also makes this thread's device the right one. */
 static int wait_compute(tn_comm *c, nccl_state *s) {
+    if (c->dev && c->dev->written) c->dev->written(); /* every collective here may write device memory */
     if (cuda_check(cudaSetDevice(s->device), "cudaSetDevice") != 0) return -1;
     if (!c->dev || !c->dev->queue) return 0;
     if (cuda_check(cudaEventRecord(s->ready, (cudaStream_t)c->dev->queue), "cudaEventRecord (compute)") != 0) return -1;

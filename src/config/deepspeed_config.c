@@ -106,13 +106,15 @@ static int check(const char *file, const char *name, const cJSON *root, const tn
         "AdamW state, gradients and parameters sharded across the ranks (each layer gathered just before use)"};
     note(ds, name, "ZeRO stage %d: %s", ds->zero_stage, sharding[ds->zero_stage]);
     if (ds->offload_optimizer || ds->offload_param)
-        note(ds, name, "offload_optimizer/offload_param: tandem trains on the CPU, its state is already in host memory");
+        note(ds, name, "offload_optimizer/offload_param: not done: the optimizer state and parameters stay in the "
+                       "backend's memory (host memory on the CPU backend)");
     if (zero)
         note(ds, name, "ZeRO tuning keys (overlap_comm, reduce_bucket_size, stage3_* ...): tandem overlaps its "
                        "bucketed exchange with backward and prefetches the next layer itself (bucket size: "
                        "ddp_bucket_cap_mb)");
     if (enabled(cJSON_GetObjectItemCaseSensitive(root, "bf16")) || enabled(cJSON_GetObjectItemCaseSensitive(root, "fp16")))
-        note(ds, name, "bf16/fp16: tandem has only its CPU backend so far, which computes in fp32");
+        note(ds, name, "bf16/fp16: the YAML's bf16 key decides (bf16: %s), as LLaMA-Factory fills DeepSpeed's \"auto\"",
+             c->bf16 ? "true" : "false");
     const cJSON *opt = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
     if (opt && check_optimizer(file, name, opt, c, ds)) return -1;
     if (cJSON_GetObjectItemCaseSensitive(root, "scheduler"))

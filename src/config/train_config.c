@@ -55,7 +55,7 @@ typedef struct key_def {
 #define NOTICE K_NOTICE, 0, 0, NOLIM, 0, 0 /* accepted, changes nothing; `expect` says what tandem does */
 
 enum { PATH_MODEL = 1u, PATH_MODEL_CONFIG = 2u, PATH_OUTPUT = 4u, PATH_DATASET_DIR = 8u, PATH_ADAPTER = 16u,
-       PATH_EXPORT = 32u, PATH_DEEPSPEED = 64u };
+       PATH_EXPORT = 32u, PATH_DEEPSPEED = 64u, PATH_MEDIA_DIR = 128u };
 
 static int set_finetuning_type(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_lora_target(tn_train_config *c, const key_def *k, const char *v, char *msg);
@@ -76,8 +76,8 @@ static int set_bf16(tn_train_config *c, const key_def *k, const char *v, char *m
 static int set_device(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_dashboard(tn_train_config *c, const key_def *k, const char *v, char *msg);
 
-#define VL_MISSING "vision-language (multimodal) models are not supported yet: tandem trains text-only decoders"
-#define LORA_MODULES "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
+#define VIDEO_MISSING "videos and audio are not supported yet (images are): a dataset with a videos or audios column is refused"
+#define LORA_MODULES "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, embed_tokens"
 
 static const key_def KEYS[] = {
     /* model */
@@ -113,15 +113,21 @@ static const key_def KEYS[] = {
     {"pissa_init", NOFIELD, 0, 0, "not supported yet (LoRA starts as PEFT's default: A random, B zero)",
      set_unsupported},
     /* multimodal: LLaMA-Factory's Qwen3-VL / LLaVA examples */
-    {"image_max_pixels", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
-    {"image_min_pixels", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
-    {"video_max_pixels", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
-    {"video_min_pixels", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
-    {"video_fps", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
-    {"video_maxlen", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
-    {"freeze_vision_tower", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
-    {"freeze_multi_modal_projector", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
-    {"audio_sampling_rate", NOFIELD, 0, 0, VL_MISSING, set_unsupported},
+    {"image_max_pixels", INT(image_max_pixels, 1, INT_MAX), 0, 0, "a number of pixels >= 1", NULL},
+    {"image_min_pixels", INT(image_min_pixels, 1, INT_MAX), 0, 0, "a number of pixels >= 1", NULL},
+    {"media_dir", PATH(media_dir), 0, PATH_MEDIA_DIR, "a path", NULL},
+    {"freeze_vision_tower", BOOL(freeze_vision_tower), 0, 0, "true or false", NULL},
+    {"freeze_multi_modal_projector", BOOL(freeze_multi_modal_projector), 0, 0, "true or false", NULL},
+    {"freeze_language_model", BOOL(freeze_language_model), 0, 0, "true or false", NULL},
+    /* videos and audio: settings LF's VL examples carry even for image-only data (qwen3vl_full_sft.yaml sets
+     * video_max_pixels), so they are accepted with one note; a dataset with a videos or audios column is
+     * refused by the data loader */
+    {"video_max_pixels", NOTICE, 0, 0, VIDEO_MISSING, NULL},
+    {"video_min_pixels", NOTICE, 0, 0, VIDEO_MISSING, NULL},
+    {"video_fps", NOTICE, 0, 0, VIDEO_MISSING, NULL},
+    {"video_maxlen", NOTICE, 0, 0, VIDEO_MISSING, NULL},
+    {"audio_sampling_rate", NOTICE, 0, 0, VIDEO_MISSING, NULL},
+    {"use_audio_in_video", NOFIELD, 0, 0, "not supported yet: videos and audio are not supported", set_unsupported},
     /* data */
     {"dataset", STR(dataset), 1, 0, "a comma list of dataset names from dataset_info.json", NULL},
     {"dataset_dir", PATH(dataset_dir), 0, PATH_DATASET_DIR, "a path", NULL},
@@ -258,6 +264,8 @@ void tn_train_config_defaults(tn_train_config *c) {
     snprintf(c->dataset_dir, sizeof c->dataset_dir, "data");
     c->packing = -1;
     c->enable_thinking = 1;
+    c->image_max_pixels = 768 * 768, c->image_min_pixels = 32 * 32; /* LF's ProcessorArguments */
+    c->freeze_vision_tower = 1, c->freeze_multi_modal_projector = 1; /* LF's FinetuningArguments */
     c->gradient_checkpointing = -1; /* finish: LF turns it on unless disable_gradient_checkpointing */
     c->per_device_eval_batch_size = 8;
     c->seed = 42;
@@ -298,7 +306,7 @@ static const char *shown(const char *v, char *buf, size_t n) {
 
 /* One "KEY: text" line in c->notices; a line noted earlier for the same key (YAML, then an override) is replaced. */
 static void add_note(tn_train_config *c, const char *key, const char *fmt, ...) TN_PRINTF(3, 4);
-static void add_note(tn_train_config *c, const char *key, const char *fmt, ...) {
+void tn_train_config_drop_note(tn_train_config *c, const char *key) {
     size_t klen = strlen(key);
     for (char *line = c->notices; *line;) {
         char *nl = strchr(line, '\n');
@@ -308,6 +316,18 @@ static void add_note(tn_train_config *c, const char *key, const char *fmt, ...) 
         }
         line = nl + 1;
     }
+}
+
+void tn_train_config_reword_note(tn_train_config *c, const char *key, const char *text) {
+    size_t klen = strlen(key);
+    int had = 0;
+    for (const char *line = c->notices; *line && !had; line = strchr(line, '\n') + 1)
+        had = strncmp(line, key, klen) == 0 && line[klen] == ':';
+    if (had) add_note(c, key, "%s", text);
+}
+
+static void add_note(tn_train_config *c, const char *key, const char *fmt, ...) {
+    tn_train_config_drop_note(c, key); /* one note per key: the latest */
     size_t used = strlen(c->notices);
     char text[MSG_MAX];
     va_list ap;
@@ -657,7 +677,9 @@ static int set_resume(tn_train_config *c, const key_def *k, const char *v, char 
     return 0;
 }
 
-static const char *const LORA_MODULE_NAMES[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+/* the projections, then the embedding (PEFT's embedding adapter; 'all' = the linear layers only, as PEFT's all-linear) */
+static const char *const LORA_MODULE_NAMES[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+                                                "embed_tokens"};
 #define NMODULES ((int)(sizeof LORA_MODULE_NAMES / sizeof LORA_MODULE_NAMES[0]))
 
 static const char *closest(const char *name, const char *const *cands, int n, size_t stride);

@@ -48,6 +48,12 @@ typedef struct {
     int enable_thinking;                  /* default true (LF) */
     char default_system[1024];            /* override of the template's system prompt ("" = template's) */
     double val_size;                      /* default 0; < 1 fraction, >= 1 count */
+    /* images (vision-language models; LF's defaults) */
+    int image_max_pixels, image_min_pixels; /* default 768*768 and 32*32: LF's pre-resize bounds */
+    char media_dir[TN_PATH_MAX];          /* default "" = dataset_dir: where the images column's paths start */
+    int freeze_vision_tower;              /* default true */
+    int freeze_multi_modal_projector;     /* default true */
+    int freeze_language_model;            /* default false */
     /* training */
     double learning_rate;                 /* default 5e-5 (HF) */
     int max_steps;                        /* default -1: use num_train_epochs */
@@ -141,6 +147,11 @@ int tn_train_config_finish(tn_train_config *c);
 int tn_train_config_check_model_paths(const tn_train_config *c);
 /* c->notices as "tandem: note: KEY: what tandem does" lines into f (the keys tandem notes, not obeys). */
 void tn_train_config_print_notices(const tn_train_config *c, FILE *f);
+/* Removes the note about key. */
+void tn_train_config_drop_note(tn_train_config *c, const char *key);
+/* The note about key, when there is one, says text instead (a command for which the general note is wrong:
+ * `tandem export` on export_size, which it does read). */
+void tn_train_config_reword_note(tn_train_config *c, const char *key, const char *text);
 
 /* Learning-rate schedule as HF transformers defines them (get_*_schedule_with_warmup):
  * warmup: lr * step / max(1, warmup); linear: lr * max(0, (total - step) / max(1, total - warmup));

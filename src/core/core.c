@@ -1,11 +1,13 @@
 /* core.c -- error line, checked allocation, file I/O, RNG. See core.h. */
 #include "core/core.h"
+#include "core/oom.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,19 +52,19 @@ void tn_die(const char *fmt, ...) {
 
 void *tn_xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
-    if (!p) tn_die("out of memory allocating %zu bytes", n);
+    if (!p) tn_die_oom(n);
     return p;
 }
 
 void *tn_xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) tn_die("out of memory allocating %zu x %zu bytes", n, size);
+    if (!p) tn_die_oom(n > SIZE_MAX / (size ? size : 1) ? SIZE_MAX : n * size);
     return p;
 }
 
 void *tn_xrealloc(void *p, size_t n) {
     void *q = realloc(p, n ? n : 1);
-    if (!q) tn_die("out of memory allocating %zu bytes", n);
+    if (!q) tn_die_oom(n);
     return q;
 }
 
@@ -75,7 +77,7 @@ float *tn_xalloc_floats(size_t n) {
     if (n > SIZE_MAX / sizeof(float) - 64) tn_die("slab of %zu floats is too large", n);
     size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) tn_die("out of memory allocating %zu bytes", bytes);
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) tn_die_oom(bytes);
     memset(p, 0, bytes);
     return p;
 }

@@ -78,14 +78,14 @@ int tn_batch_fill(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, int32_t
     return len;
 }
 
-const tn_mm_batch *tn_batch_fill_mm(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, tn_mm_buf *buf) {
+const tn_mm_batch *tn_rows_fill_mm(const tn_dataset *d, const int *idx, int B, tn_mm_buf *buf) {
     memset(&buf->mb, 0, sizeof buf->mb);
     if (!d->img_off) return &buf->mb;
     int n_img = 0, dim = tn_vl_patch_dim(d->vl);
     size_t n_vals = 0;
     for (int b = 0; b < B; b++) {
-        int i = tn_sampler_get(s, k0 + b);
-        for (int64_t k = d->img_off[i]; k < d->img_off[i + 1]; k++, n_img++)
+        int i = idx[b];
+        for (int64_t k = i < 0 ? 0 : d->img_off[i]; i >= 0 && k < d->img_off[i + 1]; k++, n_img++)
             n_vals += (size_t)(d->img_hw[2 * k] / d->vl->patch_size) * (d->img_hw[2 * k + 1] / d->vl->patch_size) * dim;
     }
     if ((size_t)n_img > buf->cap_images) {
@@ -100,8 +100,8 @@ const tn_mm_batch *tn_batch_fill_mm(const tn_dataset *d, tn_sampler *s, int64_t 
     float *out = buf->pixel_values;
     int j = 0;
     for (int b = 0; b < B; b++) {
-        int i = tn_sampler_get(s, k0 + b);
-        for (int64_t k = d->img_off[i]; k < d->img_off[i + 1]; k++, j++) {
+        int i = idx[b];
+        for (int64_t k = i < 0 ? 0 : d->img_off[i]; i >= 0 && k < d->img_off[i + 1]; k++, j++) {
             int h = d->img_hw[2 * k], w = d->img_hw[2 * k + 1], P = d->vl->patch_size;
             buf->grid_thw[3 * j] = 1, buf->grid_thw[3 * j + 1] = h / P, buf->grid_thw[3 * j + 2] = w / P;
             buf->row[j] = b;
@@ -112,6 +112,15 @@ const tn_mm_batch *tn_batch_fill_mm(const tn_dataset *d, tn_sampler *s, int64_t 
     buf->mb = (tn_mm_batch){.n_images = n_img, .grid_thw = buf->grid_thw, .row = buf->row,
                             .pixel_values = buf->pixel_values, .patch_dim = dim};
     return &buf->mb;
+}
+
+const tn_mm_batch *tn_batch_fill_mm(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, tn_mm_buf *buf) {
+    if (!d->img_off) return tn_rows_fill_mm(d, NULL, 0, buf);
+    int *idx = tn_xmalloc((size_t)(B > 0 ? B : 1) * sizeof *idx);
+    for (int b = 0; b < B; b++) idx[b] = tn_sampler_get(s, k0 + b);
+    const tn_mm_batch *mb = tn_rows_fill_mm(d, idx, B, buf);
+    free(idx);
+    return mb;
 }
 
 void tn_mm_buf_free(tn_mm_buf *buf) {

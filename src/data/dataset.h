@@ -95,6 +95,9 @@ typedef struct {
  * in order, as pixel_values rows (rescaled, normalised, patchified: tn_vl_patchify). Returns &buf->mb (valid
  * until buf is filled again or freed); n_images 0 for a text-only micro-batch or dataset. */
 const tn_mm_batch *tn_batch_fill_mm(const tn_dataset *d, tn_sampler *s, int64_t k0, int B, tn_mm_buf *buf);
+/* The same for rows b = 0..B-1 holding samples idx[b] (idx[b] < 0: a padding row, no images): evaluation
+ * takes its rows by index, not from the sampler. */
+const tn_mm_batch *tn_rows_fill_mm(const tn_dataset *d, const int *idx, int B, tn_mm_buf *buf);
 void tn_mm_buf_free(tn_mm_buf *buf);
 
 #endif

@@ -144,6 +144,10 @@ void lf_chat_close(lf_chat *c);
  * user, assistant, ..., user (n odd), rendered exactly as training renders them, up to where the assistant's
  * answer starts. Appends to out; 0 or -1 + tn_err. */
 int lf_chat_prompt(const lf_chat *c, const char *system, const char *const *turns, int n, tn_ids *out);
+/* The same with n_img images whose <|image_pad|> counts are img_tokens[k]: the turns' <image> tags expand as in
+ * training (LF's mm_plugin), and their number must equal n_img. */
+int lf_chat_prompt_mm(const lf_chat *c, const char *system, const char *const *turns, int n, const int *img_tokens,
+                      int n_img, tn_ids *out);
 /* The id that ends an assistant turn (the template's EOS), -1 if none. */
 int32_t lf_chat_eos(const lf_chat *c);
 

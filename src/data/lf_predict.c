@@ -44,6 +44,11 @@ int lf_load_predict(const lf_data_args *a, const tn_tokenizer *tok, lf_predict_s
                          e->bad ? e->bad : "the prompt must have an odd number of messages");
             continue;
         }
+        if (e->n_img > 0) { /* generation from images needs the model's image-aware prefill */
+            rc = tn_err("%s: dataset '%s': record %d has %d image(s): predicting from images is not supported yet",
+                        e->file ? e->file : "?", e->dsname, e->rec, e->n_img);
+            break;
+        }
         tn_ids p = {0}, l = {0};
         rc = lf_encode_oneturn(&t, cutoff, e, &p, &l);
         if (rc == 0) {

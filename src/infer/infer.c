@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "trainer/memory_check.h"
 
 static void add_stop(tn_infer *s, int32_t id) {
     if (id < 0) return;
@@ -49,6 +50,7 @@ int tn_infer_open(tn_infer *s, const tn_train_config *cfg, int merge_lora) {
     tn_lora_config lora = {0};
     int rc = tn_model_config_load(cfg_path, &mc);
     if (rc == 0 && cfg->adapter_name_or_path[0]) rc = tn_lora_config_load(cfg->adapter_name_or_path, &lora);
+    if (rc == 0) rc = tn_memory_check_create(cfg_path, &mc, lora.r > 0);
     if (rc == 0) {
         lora.dropout = 0;
         s->m = tn_model_create(&mc, lora.r ? &lora : NULL, tn_backend_cpu());
@@ -91,6 +93,11 @@ int tn_infer_context(const tn_infer *s, int cap) {
 
 int tn_infer_prompt(const tn_infer *s, const char *system, const char *const *turns, int n, tn_ids *out) {
     return lf_chat_prompt(s->chat, system ? system : s->cfg->default_system, turns, n, out);
+}
+
+int tn_infer_prompt_mm(const tn_infer *s, const char *system, const char *const *turns, int n, const int *img_tokens,
+                       int n_img, tn_ids *out) {
+    return lf_chat_prompt_mm(s->chat, system ? system : s->cfg->default_system, turns, n, img_tokens, n_img, out);
 }
 
 /* length of s[0..n) without a trailing U+FFFD (what a character cut between tokens decodes to for now) */

@@ -43,6 +43,10 @@ int tn_infer_context(const tn_infer *s, int cap);
 /* The prompt of a conversation turns[0..n) (user, assistant, ..., user) with the YAML's default_system (or system
  * when not NULL), appended to out. */
 int tn_infer_prompt(const tn_infer *s, const char *system, const char *const *turns, int n, tn_ids *out);
+/* The same for a VL model with images (img_tokens[k] <|image_pad|> tokens each): the <image> tags of the turns
+ * expand as in training. */
+int tn_infer_prompt_mm(const tn_infer *s, const char *system, const char *const *turns, int n, const int *img_tokens,
+                       int n_img, tn_ids *out);
 
 /* Text of an answer as it grows: tn_text_next returns the text of ids[0..n) not returned before (malloc'd, maybe
  * ""), holding back a character whose bytes are not all there yet unless final. Special tokens are left out. */

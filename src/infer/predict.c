@@ -241,7 +241,8 @@ int tn_predict(const tn_train_config *cfg, tn_comm *comm) {
     if (rc == 0) {
         lf_data_args a = {.dataset = cfg->eval_dataset, .dataset_dir = cfg->dataset_dir, .template_name = cfg->template_name,
                           .cutoff_len = cfg->cutoff_len, .max_samples = cfg->max_samples, .tokenizer_path = s.tok_path,
-                          .enable_thinking = cfg->enable_thinking ? 1 : -1};
+                          .enable_thinking = cfg->enable_thinking ? 1 : -1,
+                          .media_dir = cfg->media_dir[0] ? cfg->media_dir : NULL};
         rc = lf_load_predict(&a, s.tok, &ps);
         if (rc != 0) tn_err("%s: key 'eval_dataset': %s", cfg->source_path, tn_errmsg());
     }

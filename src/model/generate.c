@@ -14,6 +14,7 @@ typedef struct {
     int32_t *stop;
     int n_stop;
     tn_rng rng;
+    const tn_mm_batch *mm;   /* images of the prompt not prefilled yet (borrowed), NULL: none */
 } slot_state;
 
 struct tn_gen {
@@ -25,6 +26,11 @@ struct tn_gen {
     int *seg_slot;
     float *logits;           /* [n_slots, V] */
     tn_token_sampler *sampler;
+    /* the step's images, concatenated over the prefilling segments that have some */
+    int32_t *grid, *row;
+    float *pix;
+    size_t pix_cap;
+    int img_cap;
 };
 
 tn_gen *tn_gen_create(tn_model *m, int n_slots, int ctx) {
@@ -46,6 +52,7 @@ void tn_gen_free(tn_gen *g) {
     tn_kv_free(g->kv);
     tn_token_sampler_free(g->sampler);
     free(g->slot), free(g->segs), free(g->seg_slot), free(g->logits);
+    free(g->grid), free(g->row), free(g->pix);
     free(g);
 }
 
@@ -86,9 +93,13 @@ int tn_gen_start(tn_gen *g, int slot, const int32_t *prompt, int n, const tn_sam
         if (prompt[i] < 0 || prompt[i] >= g->m->V)
             return tn_err("generation: token id %d outside the model's vocabulary [0, %d)", prompt[i], g->m->V);
     slot_state *st = &g->slot[slot];
-    /* keep the cached tokens that begin this prompt; at least the last prompt token is computed (its logits) */
-    int cached = tn_kv_len(g->kv, slot), same = 0;
+    /* keep the cached tokens that begin this prompt; at least the last prompt token is computed (its logits).
+     * With images nothing is kept (cached <|image_pad|> rows may hold another image's features). */
+    int cached = st->mm ? 0 : tn_kv_len(g->kv, slot), same = 0;
     while (same < cached && same < n - 1 && st->ids[same] == prompt[same]) same++;
+    for (int i = same; g->m->cfg.vis.kind != TN_VL_NONE && !st->mm && i < n; i++)
+        if (prompt[i] == g->m->cfg.vis.image_token_id)
+            return tn_err("generation: the prompt has <|image_pad|> tokens that are not cached, and no images were given");
     tn_kv_truncate(g->kv, slot, same);
     st->n = 0;
     for (int i = 0; i < n; i++) push(st, prompt[i]);
@@ -102,6 +113,48 @@ int tn_gen_start(tn_gen *g, int slot, const int32_t *prompt, int n, const tn_sam
     return 0;
 }
 
+int tn_gen_set_images(tn_gen *g, int slot, const tn_mm_batch *mm) {
+    if (slot < 0 || slot >= g->n_slots) return tn_err("generation: slot %d of %d", slot, g->n_slots);
+    if (mm && mm->n_images && g->m->cfg.vis.kind == TN_VL_NONE)
+        return tn_err("generation: images given, but %s takes none", g->m->cfg.model_type);
+    g->slot[slot].mm = mm && mm->n_images ? mm : NULL;
+    return 0;
+}
+
+/* The images of the segments that prefill with some, one batch (row = segment index); NULL when none. */
+static const tn_mm_batch *step_images(tn_gen *g, int n_segs, tn_mm_batch *mm) {
+    int n = 0;
+    size_t pix = 0;
+    for (int i = 0; i < n_segs; i++) {
+        const tn_mm_batch *b = g->slot[g->seg_slot[i]].mm;
+        if (!b) continue;
+        n += b->n_images;
+        for (int k = 0; k < b->n_images; k++)
+            pix += (size_t)b->grid_thw[3 * k] * b->grid_thw[3 * k + 1] * b->grid_thw[3 * k + 2] * b->patch_dim;
+    }
+    if (!n) return NULL;
+    if (n > g->img_cap) {
+        g->grid = tn_xrealloc(g->grid, (size_t)3 * n * sizeof *g->grid), g->row = tn_xrealloc(g->row, (size_t)n * sizeof *g->row);
+        g->img_cap = n;
+    }
+    if (pix > g->pix_cap) g->pix = tn_xrealloc(g->pix, pix * sizeof *g->pix), g->pix_cap = pix;
+    *mm = (tn_mm_batch){.n_images = n, .grid_thw = g->grid, .row = g->row, .pixel_values = g->pix};
+    n = 0, pix = 0;
+    for (int i = 0; i < n_segs; i++) {
+        const tn_mm_batch *b = g->slot[g->seg_slot[i]].mm;
+        if (!b) continue;
+        size_t np = 0;
+        for (int k = 0; k < b->n_images; k++, n++) {
+            memcpy(g->grid + 3 * n, b->grid_thw + 3 * k, 3 * sizeof *g->grid);
+            g->row[n] = i;
+            np += (size_t)b->grid_thw[3 * k] * b->grid_thw[3 * k + 1] * b->grid_thw[3 * k + 2] * b->patch_dim;
+        }
+        memcpy(g->pix + pix, b->pixel_values, np * sizeof *g->pix);
+        pix += np, mm->patch_dim = b->patch_dim;
+    }
+    return mm;
+}
+
 int tn_gen_step(tn_gen *g, tn_gen_event *out) {
     int n_segs = 0;
     for (int s = 0; s < g->n_slots; s++) {
@@ -112,7 +165,9 @@ int tn_gen_step(tn_gen *g, tn_gen_event *out) {
         g->seg_slot[n_segs++] = s;
     }
     if (!n_segs) return 0;
-    if (tn_kv_forward(g->m, g->kv, g->segs, n_segs, g->logits) != 0) return -1;
+    tn_mm_batch mm;
+    if (tn_kv_forward_mm(g->m, g->kv, g->segs, n_segs, step_images(g, n_segs, &mm), g->logits) != 0) return -1;
+    for (int i = 0; i < n_segs; i++) g->slot[g->seg_slot[i]].mm = NULL; /* prefilled: the images are in the cache */
     int ctx = tn_kv_ctx(g->kv), V = g->m->V;
     for (int i = 0; i < n_segs; i++) {
         slot_state *st = &g->slot[g->seg_slot[i]];
@@ -129,11 +184,11 @@ int tn_gen_step(tn_gen *g, tn_gen_event *out) {
     return n_segs;
 }
 
-void tn_gen_cancel(tn_gen *g, int slot) { g->slot[slot].running = 0; }
+void tn_gen_cancel(tn_gen *g, int slot) { g->slot[slot].running = 0, g->slot[slot].mm = NULL; }
 
 void tn_gen_release(tn_gen *g, int slot) {
     slot_state *st = &g->slot[slot];
-    st->running = 0, st->n = 0, st->prompt_len = 0;
+    st->running = 0, st->n = 0, st->prompt_len = 0, st->mm = NULL;
     tn_kv_release(g->kv, slot);
 }
 

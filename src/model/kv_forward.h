@@ -9,9 +9,11 @@
  * biases and LoRA adapters (unmerged: the A and B products run beside the base one; merged: tn_model_fold_lora)
  * are as in model_forward.c, from which only the summation order differs.
  *
- * Images (vision-language, later): the embedding of a segment is its own step (embed_segments), so an image-aware
- * prefill takes a tn_mm_batch (data/mm_batch.h) there, writes the vision tower's features over the
- * <|image_pad|> rows, and passes M-RoPE positions; everything after the embedding is shared. */
+ * Images (vision-language models, CPU backend): tn_kv_forward_mm takes the step's images (data/mm_batch.h, row =
+ * the segment that holds each image's <|image_pad|> run); the vision tower's features replace those rows'
+ * embeddings (Qwen3-VL: deepstack features added after the first layers), and every row's rotary angles come from
+ * its multimodal t/h/w position (get_rope_index per segment, continuing from the slot's next position: after an
+ * image, text positions run max(t, h, w) ahead of the token count, kept per slot). */
 #ifndef TN_KV_FORWARD_H
 #define TN_KV_FORWARD_H
 
@@ -44,5 +46,7 @@ typedef struct {
 /* One forward over the segments (distinct slots): logits [n_segs, V] (host memory) of each segment's last token.
  * 0, or -1 + tn_err (a slot would overflow ctx, an id outside the vocabulary): then nothing was cached. */
 int tn_kv_forward(tn_model *m, tn_kv *kv, const tn_kv_seg *segs, int n_segs, float *logits);
+/* The same with images (mm NULL: none); mm is read during the call only. */
+int tn_kv_forward_mm(tn_model *m, tn_kv *kv, const tn_kv_seg *segs, int n_segs, const tn_mm_batch *mm, float *logits);
 
 #endif

@@ -240,6 +240,10 @@ tn_model *tn_model_create(const tn_model_config *cfg, const tn_lora_config *lora
     m->qkv_cols = (m->H + 2 * m->KV) * m->hd;
     m->lora_scale = m->lora.r ? (float)(m->lora.alpha / m->lora.r) : 0.0f;
 
+    /* callers check the sizes first (model_config: int widths; memory_check: the bytes, at most 2^62), so the size_t
+     * offsets below are exact; a caller that skipped the check stops here rather than wrapping around */
+    double floats = (double)m->L * (3.0 * m->I + 4.0 * m->qkv_cols + 2) * m->D + 2.0 * m->V * m->D + m->D;
+    if (floats > 0x1p60) tn_die("model of %.4g parameters: more than the 2^60 tandem can address", floats);
     layout_builder lb = {.m = m, .pass_trainable = 1};
     layout_pass(&lb);
     m->n_trainable = lb.offset;

@@ -120,7 +120,7 @@ int tn_lora_config_load(const char *adapter_dir, tn_lora_config *lora);
 int tn_model_load_adapter(tn_model *m, const char *adapter_dir);
 int tn_model_save_adapter(const tn_model *m, const char *adapter_dir);
 /* Copies the tokenizer files of an HF folder (tokenizer.json, tokenizer_config.json, ...) that exist in
- * from/ into to/, each atomically. The number copied, or < 0 when a write failed. */
+ * from/ into to/, each atomically. The number copied, or -1 + tn_err (the file, and why) at the first failed write. */
 int tn_model_copy_tokenizer_files(const char *from, const char *to);
 /* W += (alpha / r) B A for every adapted projection (merge.c): the base alone then equals base + adapter. */
 void tn_model_merge_lora(tn_model *m);

@@ -63,6 +63,9 @@ static int get_size(const cJSON *root, const char *key, int def, const char *pat
         *out = def;
         return 0;
     }
+    if (cJSON_IsNumber(j) && j->valuedouble > INT_MAX && j->valuedouble == floor(j->valuedouble))
+        return tn_err("%s: key '%s' is %s, more than the largest size tandem supports (%d)", path, key, describe(j, b),
+                      INT_MAX);
     if (!is_int_in(j, 1)) return tn_err("%s: key '%s' must be a positive integer, got %s", path, key, describe(j, b));
     *out = (int)j->valuedouble;
     return 0;
@@ -221,6 +224,23 @@ static int check_positive(const char *path, const char *key, int v) {
     return v > 0 ? 0 : tn_err("%s: key '%s' must be a positive integer, got %d", path, key, v);
 }
 
+/* The widths the model computes in int (model.c: the q columns H hd, the fused q/k/v columns (H + 2 KV) hd, the
+ * fused gate/up columns 2 I) must fit one: checked here, in double, before any of them is formed. */
+static int check_widths(const tn_model_config *c, const char *path, int hd_given) {
+    const double H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim;
+    if ((H + 2 * KV) * hd > INT_MAX)
+        return tn_err("%s: key '%s' %d: (num_attention_heads %d + 2 x num_key_value_heads %d) x head_dim %d is %.0f "
+                      "q/k/v columns (%.0f bytes per layer), more than the largest width tandem supports (%d)", path,
+                      hd_given ? "head_dim" : "hidden_size", hd_given ? c->head_dim : c->hidden_size,
+                      c->num_attention_heads, c->num_key_value_heads, c->head_dim, (H + 2 * KV) * hd,
+                      4 * (H + 2 * KV) * hd * c->hidden_size, INT_MAX);
+    if (2.0 * c->intermediate_size > INT_MAX)
+        return tn_err("%s: key 'intermediate_size' %d: the fused gate/up projection has 2 x %d columns (%.0f bytes per "
+                      "layer), more than the largest width tandem supports (%d)", path, c->intermediate_size,
+                      c->intermediate_size, 8.0 * c->intermediate_size * c->hidden_size, INT_MAX);
+    return 0;
+}
+
 /* num_key_value_heads / head_dim of 0 mean "HF default", so code-built configs may leave them unset. */
 int tn_model_config_finish(tn_model_config *c, const char *path) {
     if (type_index(c->model_type) < 0)
@@ -232,6 +252,7 @@ int tn_model_config_finish(tn_model_config *c, const char *path) {
         check_positive(path, "max_position_embeddings", c->max_position_embeddings))
         return -1;
     if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
+    int hd_given = c->head_dim != 0;
     if (c->head_dim == 0) {
         if (c->hidden_size % c->num_attention_heads != 0)
             return tn_err("%s: key 'hidden_size' (%d) is not a multiple of num_attention_heads (%d) and no head_dim "
@@ -244,6 +265,7 @@ int tn_model_config_finish(tn_model_config *c, const char *path) {
         return tn_err("%s: key 'num_key_value_heads': num_attention_heads (%d) is not a multiple of "
                       "num_key_value_heads (%d)", path, c->num_attention_heads, c->num_key_value_heads);
     if (c->head_dim % 2 != 0) return tn_err("%s: key 'head_dim' (%d) must be even (RoPE rotates pairs)", path, c->head_dim);
+    if (check_widths(c, path, hd_given) != 0) return -1;
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
         return tn_err("%s: key 'rope_theta' must be a positive number, got %g", path, c->rope_theta);
     if (!(c->rms_norm_eps > 0) || !isfinite(c->rms_norm_eps))

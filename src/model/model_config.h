@@ -67,6 +67,9 @@ int tn_vl_config_parse(const struct cJSON *root, const char *path, tn_model_conf
 int tn_vl_config_check(const tn_model_config *c, const char *path);
 /* Writes a VL config.json body to o (released layout: text keys top-level and in text_config). */
 void tn_vl_config_write(void *file, const tn_model_config *c);
+/* A VL model's preprocessor_config.json (transformers' Qwen2VLImageProcessor keys) with the released checkpoints'
+ * processor settings for its patch and merge sizes; nothing for a text model. 0 or -1 with tn_err. */
+int tn_vl_write_preprocessor_config(const tn_model_config *c, const char *path);
 /* Write config.json (atomic). */
 int tn_model_config_save(const char *path, const tn_model_config *c);
 

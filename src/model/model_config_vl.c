@@ -272,3 +272,41 @@ void tn_vl_config_write(void *file, const tn_model_config *c) {
     fputc('\n', (FILE *)file);
     free(s);
 }
+
+int tn_vl_write_preprocessor_config(const tn_model_config *c, const char *path) {
+    const tn_vision_config *v = &c->vis;
+    if (v->kind == TN_VL_NONE) return 0;
+    /* the released checkpoints' values: Qwen2(.5)-VL CLIP mean/std, 56*56 .. 28*28*16384 pixels; Qwen3-VL 0.5 and
+     * 65536 .. 16777216 pixels */
+    int q3 = v->kind == TN_VL_QWEN3;
+    static const double clip_mean[3] = {0.48145466, 0.4578275, 0.40821073}, clip_std[3] = {0.26862954, 0.26130258, 0.27577711};
+    double half[3] = {0.5, 0.5, 0.5};
+    long long lo = q3 ? 65536 : 3136, hi = q3 ? 16777216 : 12845056;
+    cJSON *o = cJSON_CreateObject(), *size = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "min_pixels", (double)lo);
+    cJSON_AddNumberToObject(o, "max_pixels", (double)hi);
+    cJSON_AddNumberToObject(size, "shortest_edge", (double)lo);
+    cJSON_AddNumberToObject(size, "longest_edge", (double)hi);
+    cJSON_AddItemToObject(o, "size", size);
+    cJSON_AddNumberToObject(o, "patch_size", v->patch);
+    cJSON_AddNumberToObject(o, "temporal_patch_size", v->tpatch);
+    cJSON_AddNumberToObject(o, "merge_size", v->merge);
+    cJSON_AddItemToObject(o, "image_mean", cJSON_CreateDoubleArray(q3 ? half : clip_mean, 3));
+    cJSON_AddItemToObject(o, "image_std", cJSON_CreateDoubleArray(q3 ? half : clip_std, 3));
+    cJSON_AddBoolToObject(o, "do_resize", 1);
+    cJSON_AddNumberToObject(o, "resample", 3);
+    cJSON_AddBoolToObject(o, "do_rescale", 1);
+    cJSON_AddNumberToObject(o, "rescale_factor", 1.0 / 255);
+    cJSON_AddBoolToObject(o, "do_normalize", 1);
+    cJSON_AddBoolToObject(o, "do_convert_rgb", 1);
+    cJSON_AddStringToObject(o, "image_processor_type", "Qwen2VLImageProcessor");
+    cJSON_AddStringToObject(o, "processor_class", v->kind == TN_VL_QWEN2    ? "Qwen2VLProcessor"
+                                                  : v->kind == TN_VL_QWEN25 ? "Qwen2_5_VLProcessor"
+                                                                            : "Qwen3VLProcessor");
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!s) return tn_err("%s: out of memory", path);
+    int rc = tn_write_file_atomic(path, s, strlen(s));
+    free(s);
+    return rc;
+}

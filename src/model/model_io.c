@@ -270,7 +270,9 @@ int tn_model_save_adapter(const tn_model *m, const char *adapter_dir) {
 
 static const char *const TOKENIZER_FILES[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                               "generation_config.json", "vocab.json", "merges.txt",
-                                              "tokenizer.model", "chat_template.jinja", NULL};
+                                              "tokenizer.model", "chat_template.jinja",
+                                              /* VL models: the image processor's settings travel with the tokenizer */
+                                              "preprocessor_config.json", "chat_template.json", NULL};
 
 int tn_model_copy_tokenizer_files(const char *from, const char *to) {
     int copied = 0;
@@ -278,9 +280,10 @@ int tn_model_copy_tokenizer_files(const char *from, const char *to) {
         char *src = tn_path_join(from, TOKENIZER_FILES[i]), *dst = tn_path_join(to, TOKENIZER_FILES[i]);
         size_t n = 0;
         char *data = tn_file_exists(src) ? tn_read_file(src, &n, (size_t)1 << 30) : NULL;
-        if (data && tn_write_file_atomic(dst, data, n) == 0) copied++;
-        else if (data) copied = -1000; /* a failed write: report below */
+        int ok = !data || tn_write_file_atomic(dst, data, n) == 0; /* tn_err of a failed write names it and why */
+        copied += data && ok;
         free(data), free(src), free(dst);
+        if (!ok) return -1;
     }
     return copied;
 }

@@ -18,6 +18,7 @@
 
 void tn_vnorm_forward(int rms, float *y, float *mu, float *rs, const float *x, const float *w, const float *b, int rows,
                       int cols) {
+#pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * cols;
         float *yr = y + (size_t)r * cols;
@@ -33,17 +34,16 @@ void tn_vnorm_forward(int rms, float *y, float *mu, float *rs, const float *x, c
     }
 }
 
-/* dx += d/dx; dw, db += (when non-NULL) */
+/* dx += d/dx; dw, db += (when non-NULL): rows in parallel for dx, the weight sums column by column */
 void tn_vnorm_backward(int rms, float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
                        const float *mu, const float *rs, int rows, int cols) {
+#pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * cols, *dyr = dy + (size_t)r * cols;
         double s1 = 0, s2 = 0;
         for (int c = 0; c < cols; c++) {
             double xh = (xr[c] - mu[r]) * rs[r], g = (double)dyr[c] * w[c];
             s1 += g, s2 += g * xh;
-            if (dw) dw[c] += (float)(dyr[c] * xh);
-            if (db) db[c] += dyr[c];
         }
         s1 = rms ? 0 : s1 / cols, s2 /= cols;
         float *dxr = dx + (size_t)r * cols;
@@ -51,6 +51,17 @@ void tn_vnorm_backward(int rms, float *dx, float *dw, float *db, const float *dy
             double xh = (xr[c] - mu[r]) * rs[r];
             dxr[c] += (float)(rs[r] * ((double)dyr[c] * w[c] - s1 - xh * s2));
         }
+    }
+    if (!dw && !db) return;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < cols; c++) {
+        double sw = 0, sb = 0;
+        for (int r = 0; r < rows; r++) {
+            double d = dy[(size_t)r * cols + c];
+            sw += d * ((x[(size_t)r * cols + c] - mu[r]) * rs[r]), sb += d;
+        }
+        if (dw) dw[c] += (float)sw;
+        if (db) db[c] += (float)sb;
     }
 }
 
@@ -87,14 +98,18 @@ static double act_d(int kind, double x, double *d) {
 }
 
 void tn_vact_forward(int kind, float *y, const float *x, size_t n) {
-    double d;
-    for (size_t i = 0; i < n; i++) y[i] = (float)act_d(kind, x[i], &d);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        double d;
+        y[i] = (float)act_d(kind, x[i], &d);
+    }
 }
 
 /* dx = dy * f'(x) */
 void tn_vact_backward(int kind, float *dx, const float *dy, const float *x, size_t n) {
-    double d;
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
+        double d;
         act_d(kind, x[i], &d);
         dx[i] = (float)(dy[i] * d);
     }
@@ -119,6 +134,7 @@ void tn_vlinear_backward(const tn_model *m, float *dx, float *dW, float *db, con
 /* ---------------------------------------------------------------- attention inside segments */
 
 static void softmax_rows(float *s, int n) {
+#pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
         float *r = s + (size_t)i * n, mx = r[0];
         for (int j = 1; j < n; j++) mx = r[j] > mx ? r[j] : mx;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 
 struct tn_output_lock {
     int fd;        /* -1: held by this job's launcher, not by this process */
+    int held;      /* this process holds the lock (and so removes the file at the end) */
     int made_dir;  /* output_dir did not exist before */
     char *dir, *path;
 };
@@ -45,6 +47,12 @@ static void read_holder(int fd, char *out, size_t n) {
     }
 }
 
+/* fd is still the file at path (not unlinked or replaced since it was opened). */
+static int still_at(int fd, const char *path) {
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 tn_output_lock *tn_output_lock_take(const char *output_dir, const char *ours, const char *source_path) {
     const char *src = source_path && source_path[0] ? source_path : "<config>";
     int made = !tn_file_exists(output_dir);
@@ -53,7 +61,17 @@ tn_output_lock *tn_output_lock_take(const char *output_dir, const char *ours, co
         return NULL;
     }
     char *path = tn_path_join(output_dir, TN_OUTPUT_LOCK_FILE);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = -1, got = -1;
+    /* the holder unlinks the file when it ends: a lock taken on a file that is no longer at path (unlinked between
+     * our open and our lock) locks nothing, so it is taken again on the file now there */
+    for (int tries = 0; tries < 100; tries++) {
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) break;
+        got = try_lock(fd);
+        if (still_at(fd, path)) break;
+        close(fd);
+        fd = -1;
+    }
     if (fd < 0) {
         tn_err("%s: output_dir %s: cannot create %s: %s", src, output_dir, TN_OUTPUT_LOCK_FILE, strerror(errno));
         free(path);
@@ -61,8 +79,8 @@ tn_output_lock *tn_output_lock_take(const char *output_dir, const char *ours, co
     }
     tn_output_lock *l = tn_xcalloc(1, sizeof *l);
     l->fd = fd, l->made_dir = made, l->dir = tn_xstrdup(output_dir), l->path = path;
-    int got = try_lock(fd);
     if (got == 0) {
+        l->held = 1;
         char id[TN_IDENTITY_MAX + 1];
         tn_identity_self(id);
         strcat(id, "\n");
@@ -111,6 +129,9 @@ void tn_output_lock_release(tn_output_lock *l) {
     if (!l) return;
     /* a folder made for a job that wrote nothing (it failed early) goes again, still under the lock */
     if (l->made_dir && l->fd >= 0 && holds_only_lock(l->dir) && unlink(l->path) == 0) rmdir(l->dir);
+    /* the file goes while still locked, so no folder a job finished (an adapter to upload) keeps it; a job that
+     * opened it meanwhile sees it unlinked and takes the lock on a new one (tn_output_lock_take) */
+    else if (l->held) unlink(l->path);
     if (l->fd >= 0) close(l->fd);
     free(l->dir), free(l->path);
     free(l);

@@ -6,7 +6,9 @@
  * `tandem launch`, whose rank 0 then finds the lock held by its own launcher and goes on. A second job
  * stops at once with one line naming the folder and the holder (host, pid). The lock is an fcntl record
  * lock (open-file-description lock where the kernel has it): the kernel drops it when the holder dies, so
- * `kill -9` leaves no stale lock; the file itself stays, holding the last holder's identity.
+ * `kill -9` leaves no stale lock (the file stays then, holding the last holder's identity, and the next job takes
+ * it). A job that ends removes the file while still holding the lock, so a finished output_dir (an adapter folder
+ * to upload) does not carry it; a job that opened the file just before is told by its inode and locks afresh.
  *
  * Shared folders: on NFS (v4, or v3 with the lock manager) fcntl locks are granted by the server, so the
  * lock holds across machines; a holder's machine that crashes releases it when the server's lease ends

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/oom.h"
 
 #define TK_MAX_FILE ((size_t)1 << 30)
 
@@ -285,14 +286,23 @@ tn_tokenizer *tn_tokenizer_load(const char *path) {
     size_t len;
     char *buf = tn_read_file(path, &len, TK_MAX_FILE);
     if (!buf) return NULL;
+    char what[1100];
+    snprintf(what, sizeof what, "the tokenizer %s", path);
+    const char *outer = tn_loading(what); /* an allocation that fails from here on names the file */
     tn_tokenizer *t = tn_xcalloc(1, sizeof *t);
     t->path = tn_xstrdup(path);
     pthread_mutex_init(&t->pool_lock, NULL);
     tk_bytelevel_init(t);
+    tn_json_oom_reset();
     cJSON *root = cJSON_ParseWithLength(buf, len);
-    int rc = root ? load_json(t, root) : json_error(t, buf, len);
+    int rc = root ? load_json(t, root)
+             : tn_json_oom() ? tn_err("%s: out of memory while parsing its %zu bytes of JSON", path, len)
+                             : json_error(t, buf, len);
+    /* the maps' own messages ("tokenizer: out of memory for ...") get the file's name */
+    if (rc != 0 && strncmp(tn_errmsg(), "tokenizer: ", 11) == 0) tn_err("%s: %s", path, tn_errmsg() + 11);
     cJSON_Delete(root);
     free(buf);
+    tn_loading(outer);
     if (rc != 0) {
         tn_tokenizer_free(t);
         return NULL;

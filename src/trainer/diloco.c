@@ -1,4 +1,6 @@
-/* diloco.c -- see diloco.h. */
+/* diloco.c -- see diloco.h. The parameter slab (and the optimizer's moments) are the backend's memory, a GPU's under
+ * CUDA: only the backend's download and upload touch them. DiLoCo's own vectors (consensus, momentum, round start,
+ * exchanged mean) are host memory, worked on once per round, and the exchange runs on them. */
 #include "trainer/diloco.h"
 
 #include <math.h>
@@ -7,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "comm/exchange.h"
 #include "core/core.h"
 #include "model/safetensors.h"
@@ -66,9 +69,12 @@ void tn_diloco_free(tn_diloco *d) {
 }
 
 void tn_diloco_start(tn_diloco *d) {
-    memcpy(d->g, d->m->slab, d->n * sizeof *d->g);
-    memcpy(d->s, d->m->slab, d->n * sizeof *d->s);
+    d->m->be->download(d->g, d->m->slab, d->n);
+    memcpy(d->s, d->g, d->n * sizeof *d->s);
 }
+
+/* The parameters become the host vector x (g or s). */
+static void set_params(tn_diloco *d, const float *x) { d->m->be->upload(d->m->slab, x, d->n); }
 
 static void push(tn_diloco *d, const tn_diloco_step *st) {
     if (d->qcount == d->qcap) d->qhead = (d->qhead + 1) % d->qcap, d->qcount--; /* never: the job pops each step */
@@ -97,7 +103,7 @@ static void apply_mean(tn_diloco *d) {
     const float mu = (float)d->cfg.outer_momentum, lr = (float)d->cfg.outer_lr;
     float *restrict g = d->g, *restrict v = d->v;
     const float *restrict D = d->buf;
-    if (!isfinite(d->m->be->sumsq(D, d->n))) {
+    if (!isfinite(tn_backend_cpu()->sumsq(D, d->n))) { /* D is host memory */
         d->skipped_outer++; /* a machine diverged: g keeps its value, every machine the same */
     } else if (d->cfg.nesterov) {
         for (size_t i = 0; i < d->n; i++) {
@@ -142,19 +148,21 @@ static int launch(tn_diloco *d) {
 static int boundary(tn_diloco *d, int last) {
     if (wait_exchange(d) != 0) return -1;
     if (d->have_avg) apply_mean(d);
-    float *restrict x = d->m->slab, *restrict s = d->s, *restrict D = d->buf;
+    float *restrict s = d->s, *restrict D = d->buf;
     const float *restrict g = d->g;
-    for (size_t i = 0; i < d->n; i++) D[i] = s[i] - x[i];
+    d->m->be->download(D, d->m->slab, d->n); /* the parameters x, then D = s - x */
+    for (size_t i = 0; i < d->n; i++) D[i] = s[i] - D[i];
     memset(d->xstats, 0, (size_t)NUMS * d->H * sizeof *d->xstats);
     memcpy(d->xstats, d->round, (size_t)NUMS * d->round_n * sizeof *d->xstats);
     d->pend_first = d->round_first, d->pend_n = d->round_n, d->round_n = 0;
     if (d->cfg.overlap && !last) {
-        for (size_t i = 0; i < d->n; i++) x[i] = g[i] - D[i], s[i] = x[i]; /* before the exchange rewrites D */
+        for (size_t i = 0; i < d->n; i++) s[i] = g[i] - D[i]; /* x = s = g - D, before the exchange rewrites D */
+        set_params(d, s);
         return launch(d);
     }
     if (launch(d) != 0 || wait_exchange(d) != 0) return -1;
     apply_mean(d);
-    memcpy(x, d->g, d->n * sizeof *x);
+    set_params(d, d->g);
     memcpy(s, d->g, d->n * sizeof *s);
     return 0;
 }
@@ -169,11 +177,19 @@ int tn_diloco_step_done(tn_diloco *d, const tn_diloco_step *st, int last) {
 }
 
 void tn_diloco_swap(tn_diloco *d) {
-    float *restrict x = d->m->slab, *restrict g = d->g;
-    for (size_t i = 0; i < d->n; i++) {
-        float t = x[i];
-        x[i] = g[i], g[i] = t;
-    }
+    float *x = tn_xalloc_floats(d->n ? d->n : 1);
+    d->m->be->download(x, d->m->slab, d->n);
+    set_params(d, d->g);
+    memcpy(d->g, x, d->n * sizeof *x);
+    tn_free_aligned(x);
+}
+
+/* A copy of backend memory into the state (tn_state_put copies host bytes). */
+static void put_backend(tn_state *st, const char *name, const tn_backend *be, const float *p, size_t n) {
+    float *h = tn_xalloc_floats(n ? n : 1);
+    be->download(h, p, n);
+    tn_state_put(st, name, ST_F32, h, n);
+    tn_free_aligned(h);
 }
 
 /* ---- checkpoints ---- */
@@ -196,13 +212,13 @@ int tn_diloco_save(tn_diloco *d, const tn_adamw *opt, tn_state *mine, tn_state *
     }
     if (in->local_rank == 0) { /* the machine's own state, once per machine */
         int64_t adam = opt->step;
-        tn_state_put(mine, "machine.diloco.params", ST_F32, d->m->slab, d->n);
+        put_backend(mine, "machine.diloco.params", d->m->be, d->m->slab, d->n);
         tn_state_put(mine, "machine.diloco.round_start", ST_F32, d->s, d->n);
         tn_state_put(mine, "machine.diloco.round_stats", ST_F64, d->round, (size_t)NUMS * d->H);
         tn_state_put(mine, "machine.diloco.adam_step", ST_I64, &adam, 1);
         if (in->node > 0) { /* machine 0's moments are the checkpoint's optimizer.safetensors */
-            tn_state_put(mine, "machine.diloco.exp_avg", ST_F32, opt->m, opt->n);
-            tn_state_put(mine, "machine.diloco.exp_avg_sq", ST_F32, opt->v, opt->n);
+            put_backend(mine, "machine.diloco.exp_avg", opt->be, opt->m, opt->n);
+            put_backend(mine, "machine.diloco.exp_avg_sq", opt->be, opt->v, opt->n);
         }
     }
     return 0;
@@ -245,13 +261,13 @@ int tn_diloco_load(tn_diloco *d, tn_adamw *opt, const tn_state *mine, const tn_s
                  meta[5] >= 0 && meta[5] <= 2 ? tn_codec_name((tn_codec)meta[5]) : "?");
         if (d->have_avg) { /* its pending mean is the same for any topology: apply it, restart from g */
             apply_mean(d);
-            memcpy(d->m->slab, d->g, d->n * sizeof *d->g);
+            set_params(d, d->g);
             memcpy(d->s, d->g, d->n * sizeof *d->s);
         }
         d->round_n = 0;
         return 0;
     }
-    memcpy(d->m->slab, x, d->n * sizeof *x);
+    set_params(d, x);
     memcpy(d->s, s, d->n * sizeof *s);
     memcpy(d->round, rs, sn * sizeof *rs);
     d->round_first = (int)meta[9], d->round_n = (int)meta[10];

@@ -101,6 +101,7 @@ tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes, 
     s->ops = tn_xcalloc((size_t)s->n_buckets + 1, sizeof *s->ops);
     for (int k = 0; k < s->n_buckets; k++) s->lo[k] = n > (size_t)(k + 1) * per ? n - (size_t)(k + 1) * per : 0;
     s->stats.n_buckets = s->active ? s->n_buckets : 0;
+    s->stats.bucket_bytes = s->active ? (n < per ? n : per) * sizeof(float) : 0;
     s->stats.bytes = s->active ? n * sizeof(float) : 0;
     if (s->active) {
         m->grad_ready = on_grad_ready;

@@ -26,6 +26,7 @@ typedef struct tn_grad_sync tn_grad_sync;
 
 typedef struct {
     int n_buckets;
+    size_t bucket_bytes; /* the largest bucket (the log states what runs, not the cap) */
     size_t bytes;        /* per step */
     double wait_s;       /* time the last step waited for communication after backward */
     double first_ready_s; /* from arm to the first complete bucket: what overlap cannot hide (forward, lm_head) */

@@ -9,19 +9,23 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/shell_quote.h"
 #include "launch/rank_watch.h"
 #include "data/dataset.h"
 #include "data/lf_dataset.h"
 #include "tokenizer/tokenizer.h"
 #include "model/model.h"
+#include "model/vision.h"
 #include "outputs/chat_template.h"
 #include "outputs/output_lock.h"
+#include "outputs/previous_run.h"
 #include "outputs/progress.h"
 #include "outputs/run_log.h"
 #include "outputs/tensorboard.h"
 #include "trainer/checkpoint.h"
 #include "trainer/demo_eval.h"
 #include "trainer/diloco.h"
+#include "trainer/grad_sync.h"
 #include "trainer/memory_check.h"
 #include "trainer/monitor.h"
 #include "trainer/plan_check.h"
@@ -57,12 +61,6 @@ static int longest(const lf_samples *s) {
     return m;
 }
 
-static void as_dataset(const lf_samples *s, int S, tn_dataset *d) {
-    memset(d, 0, sizeof *d);
-    d->n = s->n, d->S = S;
-    d->var_ids = s->ids, d->var_labels = s->labels, d->var_off = s->off;
-}
-
 /* Where tokenized data is cached: $TANDEM_CACHE_DIR, else ~/.cache/tandem/data (as HF caches datasets). */
 static char *cache_dir(void) {
     const char *env = getenv("TANDEM_CACHE_DIR"), *home = getenv("HOME");
@@ -87,7 +85,9 @@ static int load_lf_data(const tn_train_config *cfg, tn_comm *comm, job_data *d) 
                       .stage = cfg->stage == TN_STAGE_PT ? "pt" : "sft", .cutoff_len = cfg->cutoff_len,
                       .max_samples = cfg->max_samples, .packing = cfg->packing, .train_on_prompt = cfg->train_on_prompt,
                       .mask_history = cfg->mask_history, .val_size = cfg->val_size, .seed = cfg->seed,
-                      .cache_dir = cache, .tokenizer_path = tok_path, .enable_thinking = cfg->enable_thinking ? 1 : -1};
+                      .cache_dir = cache, .tokenizer_path = tok_path, .enable_thinking = cfg->enable_thinking ? 1 : -1,
+                      .media_dir = cfg->media_dir[0] ? cfg->media_dir : NULL, .image_max_pixels = cfg->image_max_pixels,
+                      .image_min_pixels = cfg->image_min_pixels};
     int rc = tok ? 0 : -1;
     for (int turn = 0; turn < 2; turn++) { /* local rank 0 first, then the rest of its machine */
         if (rc == 0 && (in->local_rank == 0) == (turn == 0)) rc = lf_load(&a, tok, &d->lf_train, &d->lf_eval);
@@ -100,8 +100,8 @@ static int load_lf_data(const tn_train_config *cfg, tn_comm *comm, job_data *d) 
     if (rc == 0) {
         int S = longest(&d->lf_train), Se = longest(&d->lf_eval);
         S = Se > S ? Se : S;
-        as_dataset(&d->lf_train, S, &d->train);
-        if (d->lf_eval.n) as_dataset(&d->lf_eval, S, &d->eval);
+        lf_samples_dataset(&d->lf_train, S, &d->train); /* with its images, if any */
+        if (d->lf_eval.n) lf_samples_dataset(&d->lf_eval, S, &d->eval);
         d->vocab = tn_tokenizer_vocab_size(tok);
         if (in->rank == 0)
             printf("tandem: %d training samples%s%.0d%s (longest %d tokens) from %s, template %s%s\n", d->train.n,
@@ -137,6 +137,30 @@ static const tn_backend *select_backend(const tn_train_config *cfg, tn_comm *com
     return be;
 }
 
+/* LLaMA-Factory's freeze_vision_tower / freeze_multi_modal_projector / freeze_language_model for a VL model (a
+ * text model has none of these parts: LF ignores them there, and so does tandem). Full fine-tuning leaves the
+ * frozen parts out of the trainable set. With LoRA, LF's defaults keep the adapters on the language model,
+ * which is what tandem's LoRA covers; other settings would put LoRA on the vision tower or the projector
+ * (find_all_linear_modules skips only the frozen parts): one line, rather than a different model. */
+static int vl_freeze(const tn_train_config *cfg, const tn_model_config *mc, tn_lora_config *lora) {
+    if (mc->vis.kind == TN_VL_NONE) return 0;
+    lora->freeze = (cfg->freeze_vision_tower ? TN_FREEZE_VISION : 0u) |
+                   (cfg->freeze_multi_modal_projector ? TN_FREEZE_PROJECTOR : 0u) |
+                   (cfg->freeze_language_model ? TN_FREEZE_LM : 0u);
+    if (cfg->finetuning_type == TN_FT_LORA && lora->freeze != (TN_FREEZE_VISION | TN_FREEZE_PROJECTOR))
+        return tn_err("%s: finetuning_type lora with freeze_vision_tower %s, freeze_multi_modal_projector %s, "
+                      "freeze_language_model %s would put LoRA on %s (LLaMA-Factory); tandem's LoRA covers the language "
+                      "model: keep the defaults (true, true, false), or use finetuning_type full",
+                      cfg->source_path, cfg->freeze_vision_tower ? "true" : "false",
+                      cfg->freeze_multi_modal_projector ? "true" : "false", cfg->freeze_language_model ? "true" : "false",
+                      !cfg->freeze_vision_tower ? "the vision tower" : !cfg->freeze_multi_modal_projector ? "the projector"
+                                                                                                 : "the vision parts only");
+    if (lora->freeze == (TN_FREEZE_VISION | TN_FREEZE_PROJECTOR | TN_FREEZE_LM))
+        return tn_err("%s: freeze_vision_tower, freeze_multi_modal_projector and freeze_language_model are all true: "
+                      "nothing would train", cfg->source_path);
+    return 0;
+}
+
 static tn_model *load_model(const tn_train_config *cfg, const tn_backend *be) {
     int fresh = !cfg->model_name_or_path[0];
     char *cfg_path = fresh ? tn_xstrdup(cfg->model_config) : tn_path_join(cfg->model_name_or_path, "config.json");
@@ -157,6 +181,7 @@ static tn_model *load_model(const tn_train_config *cfg, const tn_backend *be) {
             goto out;
         }
     }
+    if (vl_freeze(cfg, &mc, &lora) != 0) goto out;
     m = tn_model_create(&mc, &lora, be);
     tn_model_init_random(m, (uint64_t)cfg->seed); /* LoRA adapters (and a fresh model) start from here */
     m->base_name_or_path = fresh ? NULL : cfg->model_name_or_path; /* adapter_config.json names it */
@@ -176,7 +201,7 @@ out:
 static int save_outputs(const tn_train_config *cfg, const tn_model *m) {
     int rc = m->lora.r ? tn_model_save_adapter(m, cfg->output_dir) : tn_model_save_hf(m, cfg->output_dir, (size_t)5 << 30);
     if (rc == 0 && cfg->model_name_or_path[0] && tn_model_copy_tokenizer_files(cfg->model_name_or_path, cfg->output_dir) < 0)
-        rc = tn_err("%s: cannot copy the tokenizer files", cfg->output_dir);
+        rc = -1; /* tn_err names the file and why (a full disk, say) */
     if (rc == 0 && cfg->model_name_or_path[0] && tn_write_chat_template(cfg->model_name_or_path, cfg->output_dir) < 0)
         rc = -1;
     return rc;
@@ -213,12 +238,11 @@ static void print_banner(const tn_train_config *cfg, const tn_model *m, const tn
                    cfg->diloco_overlap ? "one round late (the exchange overlaps the next round)" : "every machine waiting for it",
                    mb);
         } else {
+            const tn_grad_sync_stats *gs = tn_grad_sync_get_stats(t->sync); /* the plan that runs, not the cap */
             printf("tandem: data parallel over %d rank(s) on %d machine(s)%s; gradients all-reduced once per step "
-                   "in %d bucket(s) of <= %.3g MB\n",
+                   "in %d bucket(s) of <= %.3g MB (ddp_bucket_cap_mb %g; at least 8 buckets of >= 64 KB where the gradients allow, for overlap)\n",
                    in->size, in->n_nodes, in->n_nodes > 1 ? " (hierarchical: inside each machine first)" : "",
-                   (int)((m->n_trainable * sizeof(float) + (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0) - 1) /
-                         (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0)),
-                   cfg->ddp_bucket_cap_mb);
+                   gs->n_buckets, gs->bucket_bytes / 1048576.0, cfg->ddp_bucket_cap_mb);
             if (t->codec)
                 printf("tandem: gradients cross between machines as %s with error feedback: %.3g MB per step sent by "
                        "each machine (fp32: %.3g MB)\n", codec[t->codec], mb,
@@ -258,6 +282,8 @@ typedef struct {
     tn_monitor *mon;          /* every rank: the steps' timings for tandem_ranks.jsonl */
     double plan_wall, plan_compute, plan_seen; /* rank 0: the steps timed for the plan check (plan_check.h) */
     int plan_steps;
+    int steps_trained;        /* steps of this process that were not skipped */
+    int last_skipped;         /* the last final step was skipped (non-finite loss or gradient) */
 } job_ctx;
 
 /* Rank 0 of a multi-rank run: after the first step (warm-up), a window of steps (two DiLoCo rounds: a round's
@@ -274,8 +300,10 @@ static void plan_window(job_ctx *j, const tn_step_stats *st, double wall, double
 
 /* The dashboard's address, as TensorBoard prints its own. */
 static void print_dashboard(const tn_dash *d, const char *output_dir) {
-    printf("tandem: dashboard of this run at %s (live; afterwards: tandem dashboard %s)%s\n", tn_dash_url(d), output_dir,
+    char *dir = tn_sh_quote(output_dir); /* the command is pasted into a shell */
+    printf("tandem: dashboard of this run at %s (live; afterwards: tandem dashboard %s)%s\n", tn_dash_url(d), dir,
            getenv("TANDEM_DASHBOARD_TOKEN") && *getenv("TANDEM_DASHBOARD_TOKEN") ? "; open it with ?token=$TANDEM_DASHBOARD_TOKEN once" : "");
+    free(dir);
     if (!tn_dash_has_charts(d))
         printf("tandem: note: the dashboard draws no charts without uPlot: scripts/install-deps.sh installs it (npm, "
                "into deps/node_modules); the rest of the page works\n");
@@ -448,6 +476,13 @@ static int epoch_ended(const tn_trainer *t) {
     return n > 0 && t->samples_seen / n > (t->samples_seen - global) / n;
 }
 
+/* The batches an evaluation of n samples runs (tn_trainer_eval: each rank its share, micro_batch rows at a time;
+ * gradient accumulation plays no part), HF's eval steps. */
+static int eval_batches(const tn_trainer *t, int n) {
+    int64_t per_step = (int64_t)t->world * t->micro_batch;
+    return (int)((n + per_step - 1) / per_step);
+}
+
 /* An evaluation during training (eval_on_start, eval_steps, epoch ends): announced while it runs, then logged
  * as HF logs it. *seconds: its duration, which the throughput leaves out. Collective. */
 static int eval_during_training(job_ctx *j, int tty, double *seconds) {
@@ -459,7 +494,7 @@ static int eval_during_training(job_ctx *j, int tty, double *seconds) {
     *seconds = rt;
     tn_log_eval le = {.step = t->step, .epoch = epoch_of(t), .eval_loss = loss, .runtime_s = rt,
                       .n_samples = j->eval->n, .total_steps = t->total_steps, .elapsed_s = tn_now() - j->t0,
-                      .n_batches = (j->eval->n + t->world * t->micro_batch - 1) / (t->world * t->micro_batch)};
+                      .n_batches = eval_batches(t, j->eval->n)};
     if (j->lead) {
         tn_progress_eval_end(t->step, loss, j->eval->n, rt, tty);
         if (tn_run_log_eval(j->log, &le) != 0) return agree(j->comm, -1);
@@ -480,6 +515,7 @@ typedef struct {
 static int take_final(job_ctx *j, loop_state *L, const tn_step_stats *fs) {
     const tn_train_config *cfg = j->cfg;
     tn_trainer *t = j->t;
+    j->last_skipped = fs->skipped != 0;
     if (fs->skipped) {
         if (j->lead && t->diloco)
             fprintf(stderr, "tandem: warning: step %d: non-finite loss or gradient on %d machine(s); skipped there\n",
@@ -491,6 +527,7 @@ static int take_final(job_ctx *j, loop_state *L, const tn_step_stats *fs) {
         return 0;
     }
     L->bad = 0;
+    j->steps_trained++;
     L->window_loss += fs->loss * (double)fs->tokens;
     L->window_tokens += fs->tokens;
     L->window_seen += fs->seen;
@@ -519,6 +556,21 @@ static int take_final(job_ctx *j, loop_state *L, const tn_step_stats *fs) {
         L->window_loss = 0, L->window_tokens = 0, L->window_seen = 0, L->window_compute = 0, L->window_eval = 0;
         L->last = ended;
     }
+    return 0;
+}
+
+/* A run that trained nothing, or ended on a non-finite loss, is a failure, not "saved": the weights it would save
+ * are not those of a finished run. 1 + tn_err when so. */
+static int ended_untrained(const job_ctx *j) {
+    int ran = j->t->step - j->start_step;
+    if (ran > 0 && j->steps_trained == 0)
+        return tn_err("every one of the %d steps of this run had a non-finite loss or gradient and was skipped: nothing "
+                      "was trained, nothing saved (check the model's weights and the data, or lower learning_rate)",
+                      ran), 1;
+    if (ran > 0 && j->last_skipped)
+        return tn_err("the last step (%d) had a non-finite loss or gradient: the run did not end on a finite loss, "
+                      "nothing saved (lower learning_rate or check the data; the checkpoints hold the earlier steps)",
+                      j->t->step), 1;
     return 0;
 }
 
@@ -571,6 +623,7 @@ static int train_loop(job_ctx *j) {
     }
     free(L.done_at);
     if (rc) return rc;
+    if (ended_untrained(j)) return j->lead ? -1 : -2; /* every rank sees the same final numbers */
     if (t->world > 1 && agree(j->comm, report_memory(j))) return -1;
     if (j->lead) {
         printf("tandem: trained %d steps in %.1f s", t->step - j->start_step, tn_now() - j->t0);
@@ -606,20 +659,35 @@ static int write_results(job_ctx *j, double eval_loss, double eval_rt, double tr
                             .n_samples_trained = (int)((int64_t)t->total_steps * global), .total_flos = in.total_flos,
                             .has_eval = j->eval != NULL, .eval_loss = eval_loss, .eval_runtime_s = eval_rt,
                             .eval_samples = j->eval ? j->eval->n : 0,
-                            .eval_batches = j->eval ? (int)((j->eval->n + global - 1) / (t->world * t->micro_batch)) : 0,
+                            .eval_batches = j->eval ? eval_batches(t, j->eval->n) : 0,
                             .state = &in};
     return tn_run_log_finish(j->log, j->cfg->output_dir, &sum, j->cfg->plot_loss);
 }
 
-/* After a failed final save: results of an earlier run in output_dir must not stand beside a model that
- * is now missing or half replaced. */
+/* After a failed final save or results write: no results file of this run (some written, a later one not) may
+ * stand in output_dir as if the run had completed (previous_run.h). */
 static void drop_results(const char *output_dir) {
-    const char *files[] = {"train_results.json", "eval_results.json", "all_results.json", "trainer_state.json"};
-    for (int i = 0; i < 4; i++) {
+    const char *files[] = {"train_results.json", "eval_results.json", "all_results.json", "trainer_state.json",
+                           "training_loss.png", "training_eval_loss.png"};
+    for (int i = 0; i < 6; i++) {
         char *p = tn_path_join(output_dir, files[i]);
         unlink(p);
         free(p);
     }
+}
+
+/* An earlier run's final model and results leave output_dir before this run writes (previous_run.h). Not when
+ * output_dir is the model or adapter this run reads (it would remove its own base). */
+static int clear_previous(const tn_train_config *cfg) {
+    char *out = realpath(cfg->output_dir, NULL), *base = cfg->model_name_or_path[0] ? realpath(cfg->model_name_or_path, NULL) : NULL,
+         *adapter = cfg->adapter_name_or_path[0] ? realpath(cfg->adapter_name_or_path, NULL) : NULL;
+    int same = out && ((base && strcmp(out, base) == 0) || (adapter && strcmp(out, adapter) == 0)), removed = 0, rc = 0;
+    free(out), free(base), free(adapter);
+    if (!same) rc = tn_previous_run_clear(cfg->output_dir, &removed);
+    if (rc == 0 && removed)
+        printf("tandem: note: removed the earlier run's final model and results from %s (%d files): this run writes its "
+               "own at the end, all_results.json last\n", cfg->output_dir, removed);
+    return rc;
 }
 
 /* LLaMA-Factory's resume rule, on rank 0: resume_from_checkpoint (a folder, or true for the newest in
@@ -663,12 +731,15 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     int rc = agree(comm, lead && !(lock = tn_output_lock_take(cfg->output_dir, launcher, cfg->source_path)) ? -1 : 0);
     if (rc == 0) rc = agree(comm, load_data(cfg, comm, &data));
     tn_dataset train = data.train, eval = data.eval;
-    /* absurd sizes are one line naming the key and the bytes, before anything is allocated */
-    if (rc == 0) rc = agree(comm, tn_memory_check(cfg, train.S, tn_comm_get_info(comm)->local_size));
     /* the backend: every rank the same kind, device memory attached to the comm layer (NCCL or staged MPI) */
     const tn_backend *be = NULL;
     char comm_note[320] = "";
     if (rc == 0) rc = agree(comm, (be = select_backend(cfg, comm)) ? 0 : -1);
+    /* absurd sizes are one line naming the key and the bytes, before the model is allocated (on its GPU, if any) */
+    tn_memory_target mt;
+    const tn_comm_info *ci = tn_comm_get_info(comm);
+    if (rc == 0) tn_memory_target_of(be->name, cfg->bf16, ci->local_rank, ci->local_size, &mt);
+    if (rc == 0) rc = agree(comm, tn_memory_check_on(cfg, train.S, ci->local_size, &mt));
     if (rc == 0) rc = agree(comm, tn_backend_attach_comm(be, comm, comm_note, sizeof comm_note));
     if (rc == 0 && lead && comm_note[0]) printf("tandem: note: %s\n", comm_note);
     tn_model *m = rc ? NULL : load_model(cfg, be);
@@ -704,6 +775,7 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
         }
     }
     if (rc == 0) rc = agree(comm, resumed < 0 ? -1 : 0);
+    if (rc == 0) rc = agree(comm, lead ? clear_previous(cfg) : 0); /* before this run writes anything */
     if (rc == 0) rc = agree(comm, tn_replica_sync_params(comm, m));
     if (rc == 0) rc = agree(comm, tn_replica_sync_position(comm, t->opt, &t->step, &t->samples_seen, !t->zero_stage));
     if (rc == 0 && t->zero_stage) { /* every rank holds rank 0's whole model now: keep the shard */
@@ -727,7 +799,9 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
         if (j.log && cfg->report_tensorboard) { /* HF's default logging_dir: a new runs/ folder per run */
             char *dir = cfg->logging_dir[0] ? tn_xstrdup(cfg->logging_dir) : tn_tb_default_logdir(cfg->output_dir);
             if (tn_run_log_tensorboard(j.log, dir) == 0) {
-                printf("tandem: TensorBoard event files in %s (tensorboard --logdir %s)\n", dir, dir);
+                char *q = tn_sh_quote(dir);
+                printf("tandem: TensorBoard event files in %s (tensorboard --logdir %s)\n", dir, q);
+                free(q);
             } else {
                 tn_run_log_close(j.log);
                 j.log = NULL;
@@ -765,9 +839,9 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
         /* rank 0 alone writes; the others wait for its verdict so every rank exits with the same status */
         if (lead) {
             rc = save_outputs(cfg, m);
+            if (rc == 0) rc = write_results(&j, eval_loss, eval_rt, train_rt); /* all_results.json last: complete */
             if (rc == 0) printf("tandem: saved %s to %s\n", m->lora.r ? "LoRA adapter" : "model", cfg->output_dir);
             else drop_results(cfg->output_dir);
-            if (rc == 0) rc = write_results(&j, eval_loss, eval_rt, train_rt);
             if (rc == 0 && is_demo(cfg)) {
                 printf("tandem: held-out problems (never trained on), greedy completions:\n");
                 double acc = tn_demo_report(m, &eval, 8);

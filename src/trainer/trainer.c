@@ -37,6 +37,28 @@ static int check_modes(const tn_train_config *cfg, int world, int stage) {
     return 0;
 }
 
+/* Vision-language data: the model takes its images before the first step does (a text model refuses them
+ * in one line naming the config and dataset, instead of failing inside a step). The first sample with images
+ * is the probe; the model's own check decides (the trainer knows no model family). */
+static int check_images(tn_trainer *t) {
+    const tn_dataset *d = t->data;
+    int first = -1, samples = 0;
+    for (int i = 0; d->img_off && i < d->n; i++)
+        if (d->img_off[i + 1] > d->img_off[i]) samples++, first = first < 0 ? i : first;
+    if (first < 0) return 0;
+    char err[512];
+    if (tn_acts_set_images(t->acts, tn_rows_fill_mm(d, &first, 1, &t->mm), err, sizeof err) != 0)
+        return tn_err("%s: key 'dataset': %s has images (%d of %d training samples); model_type %s: %s",
+                      t->cfg->source_path, t->cfg->dataset, samples, d->n, t->model->cfg.model_type, err);
+    return tn_acts_set_images(t->acts, NULL, err, sizeof err);
+}
+
+/* Hands micro-batch mb's images to the model before its forward. 0, or -1 + tn_err. */
+static int set_images(tn_trainer *t, const tn_mm_batch *mb) {
+    char err[512];
+    return tn_acts_set_images(t->acts, mb, err, sizeof err) == 0 ? 0 : tn_err("%s", err);
+}
+
 tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const tn_dataset *data, tn_comm *comm) {
     int world = comm ? tn_comm_get_info(comm)->size : 1;
     int stage = world > 1 && cfg->zero_stage > 0 && model->n_trainable > 0 ? cfg->zero_stage : 0;
@@ -75,6 +97,10 @@ tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const
     t->micro_batch = cfg->per_device_train_batch_size;
     t->accum = cfg->gradient_accumulation_steps;
     t->acts = tn_acts_create(model, t->micro_batch, data->S, cfg->gradient_checkpointing);
+    if (check_images(t) != 0) {
+        tn_trainer_free(t);
+        return NULL;
+    }
     t->zero_stage = stage;
     if (stage) {
         size_t lo, n;
@@ -119,6 +145,7 @@ void tn_trainer_free(tn_trainer *t) {
     tn_zero_free(t->zero);
     tn_grad_sync_free(t->sync);
     tn_acts_free(t->acts);
+    tn_mm_buf_free(&t->mm);
     tn_adamw_free(t->opt);
     tn_sampler_free(&t->sampler);
     free(t->ids);
@@ -224,7 +251,8 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     if (sum_f64(t, counts, 2) != 0)
         return tn_err("step %d: token count all-reduce failed: %s", t->step + 1, tn_errmsg()), -2;
     lap(&mark, &tm.wait);
-    int64_t targets = (int64_t)counts[0];
+    int64_t targets = (int64_t)counts[0]; /* text tokens only: image tokens sit in the prompt, label -100 */
+    const int64_t start = t->samples_seen;
     t->samples_seen += global;
     float scale = targets > 0 ? 1.0f / (float)targets : 0.0f;
 
@@ -240,6 +268,8 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
         double f0 = tn_now();
         fault_slow(t, t->slow_last);
         tn_acts_set_first_row(t->acts, first + (int64_t)a * B);
+        if (set_images(t, tn_batch_fill_mm(t->data, &t->sampler, start + first + (int64_t)a * B, t->rows[a], &t->mm)))
+            return tn_err("step %d: %s", t->step + 1, tn_errmsg()), -2;
         if (a == n_micro - 1) tn_grad_sync_arm(t->sync);
         loss += tn_model_forward_backward(m, t->acts, t->ids + a * per_micro, t->labels + a * per_micro, t->rows[a],
                                           t->lens[a], scale, &counted, seed);
@@ -387,8 +417,10 @@ double tn_trainer_eval(tn_trainer *t, const tn_dataset *eval) {
             longest = n > longest ? n : longest;
         }
         const int S = tn_dataset_batch_len(eval, longest);
+        int idx[B];
         for (int b = 0; b < B; b++) {
             int64_t k = k0 + b, i = (int64_t)t->rank + k * t->world;
+            idx[b] = k < mine ? (int)i : -1;
             int32_t *ids = t->ids + (size_t)b * S, *labels = t->labels + (size_t)b * S;
             if (k < mine) {
                 tn_dataset_row(eval, (int)i, S, ids, labels);
@@ -396,6 +428,10 @@ double tn_trainer_eval(tn_trainer *t, const tn_dataset *eval) {
                 memset(ids, 0, (size_t)S * sizeof *ids);
                 for (int s = 0; s < S; s++) labels[s] = -100;
             }
+        }
+        if (set_images(t, tn_rows_fill_mm(eval, idx, B, &t->mm)) != 0) {
+            tn_err("evaluation: %s", tn_errmsg());
+            return NAN;
         }
         int64_t n = 0;
         sums[0] += tn_model_eval_loss(t->model, t->acts, t->ids, t->labels, B, S, &n);

@@ -72,6 +72,7 @@ typedef struct {
     int64_t samples_seen;
     int32_t *ids, *labels;   /* [micro-batches, micro_batch, S] host staging of this rank's share of a step */
     int *lens, *rows;        /* per micro-batch: padded length (<= S), samples (<= micro_batch) */
+    tn_mm_buf mm;            /* the images of the micro-batch about to run (vision-language data) */
     int fault_nan_from, fault_nan_to; /* $TANDEM_FAULT_NAN_STEPS=A[-B]: rank 0 puts a NaN into its gradient on
                                        * steps A..B (fault-injection tests of the non-finite-step path) */
     int slow_rank, slow_from;         /* $TANDEM_FAULT_SLOW=RANK:STEP:FACTOR: from STEP on, rank RANK takes FACTOR */
@@ -92,7 +93,8 @@ void tn_trainer_free(tn_trainer *t);
  * ranks (sample i on rank i mod world) and summed; collective. NAN with tn_err on failure. */
 double tn_trainer_eval(tn_trainer *t, const tn_dataset *eval);
 /* One optimizer step; 0 ok, -1 on a non-finite loss/gradient (step skipped, tn_err set), -2 when the
- * exchange between machines failed (tn_err). */
+ * exchange between machines failed or the model refused a micro-batch's images (tn_err). Before each
+ * micro-batch's forward the model gets that micro-batch's images (tn_acts_set_images). */
 int tn_trainer_step(tn_trainer *t, tn_step_stats *st);
 /* The next step whose numbers are final for the log (the loss every rank sees): 1 with *st, or 0. Plain data
  * parallelism: the step just done; DiLoCo: the steps of a round once its exchange completed. */

@@ -4,6 +4,7 @@
 # the same user text must give back exactly the answer from the dataset file, in one-shot and chat mode
 # (with "clear" between turns; chat keeps the conversation's KV cache between turns). Sampling runs too, the same
 # seed giving the same answer; --stats reports time to first token and tokens/s. The generation keys are LLaMA-Factory's.
+# An empty prompt (generate) or message (chat) is refused in one line.
 set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
@@ -33,6 +34,13 @@ check '[ "$(grep -c "Assistant: $want\$" "$T/chat.log")" -eq 2 ] && grep -q "His
 # two turns without "clear": the second continues the first's cache (its prompt begins with the first turn)
 printf '%s\n%s\nexit\n' "$user" "$user" | "$BIN" chat "$T/infer.yaml" >"$T/chat2.log" 2>&1
 check '[ "$(grep -c "Assistant: $want\$" "$T/chat2.log")" -ge 1 ] && [ "$(grep -c "Assistant:" "$T/chat2.log")" -eq 2 ] && ! grep -q "tandem: error" "$T/chat2.log"'
+# an empty prompt is refused in one line (issue 24, item 5), in generate and in chat
+"$BIN" generate "$T/infer.yaml" --prompt "" >"$T/empty.out" 2>"$T/empty.err"
+rc=$?
+check '[ $rc -eq 1 ] && [ ! -s "$T/empty.out" ] && [ "$(grep -c "tandem: error:" "$T/empty.err")" -eq 1 ] &&
+  grep -q "tandem: error: generate: --prompt is empty" "$T/empty.err"'
+printf '\n   \n%s\nexit\n' "$user" | "$BIN" chat "$T/infer.yaml" >"$T/chat3.log" 2>&1
+check '[ "$(grep -c "an empty message" "$T/chat3.log")" -eq 2 ] && grep -q "Assistant: $want\$" "$T/chat3.log"'
 got2=$("$BIN" generate "$T/infer.yaml" do_sample=true temperature=0.7 top_p=0.9 seed=1 --prompt "$user" 2>>"$T/gen.err")
 check '[ -n "$got2" ]'
 # --stats: time to first token and tokens/s on stderr, the answer unchanged on stdout

@@ -2,7 +2,8 @@
 # Help and version: every command answers --help (and -h, and `tandem help COMMAND`) with a page that lists
 # every option its parser accepts (read from src/cli/cmd_*.c, so a new flag without help fails here); the
 # overview lists every command and launch's flags; `tandem version` and `--version` print the version and the
-# build fingerprint. The OpenMP wait default: with neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set, the process
+# build fingerprint; the overview's lines are indented under their headings, and chat/generate/export/api give
+# one of their own keys as the override example. The OpenMP wait default: with neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set, the process
 # runs with GOMP_SPINCOUNT in its exec-time environment (what libgomp reads); a user's setting is left alone.
 set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
@@ -49,6 +50,14 @@ for cmd in train launch export chat generate init-model compare tokenize dashboa
 done
 for opt in $(options cmd_launch.c); do
   check 'grep -q -- "$opt" "$T/top"'
+done
+# every line of the overview is a heading at column 0 or indented under one (issue 24, item 12: the
+# continuation lines of env and topo started at column 0)
+check '! grep -v "^  \|^$\|^usage: \|^commands:$\|^launch options: \|^README.md: " "$T/top"'
+# commands that do not train give a key they read as their override example
+for cmd in chat generate export api; do
+  "$BIN" $cmd --help >"$T/page" 2>&1
+  check '! grep -q "learning_rate" "$T/page"'
 done
 "$BIN" >/dev/null 2>"$T/none"
 rc=$?

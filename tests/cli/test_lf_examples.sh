@@ -60,6 +60,8 @@ lf_outputs saves/qwen3-4b/lora/sft adapter_config.json adapter_model.safetensors
 
 run lora_sft_ds3 "$BIN" launch -n 2 --no-bind examples/train_lora/qwen3_lora_sft_ds3.yaml $M max_steps=2
 check 'grep -q "deepspeed ds_z3_config.json: ZeRO stage 3: AdamW state, gradients and parameters sharded" "$T/lora_sft_ds3.log"'
+# one truthful precision line for the backend in use (issue 24, item 8): the CPU here (TANDEM_DEVICE=cpu)
+check 'grep -q "^tandem: note: bf16: the CPU backend runs it, in fp32" "$T/lora_sft_ds3.log" && ! grep -q "only its CPU backend" "$T/lora_sft_ds3.log"'
 lf_outputs saves/qwen3-4b/lora/sft adapter_config.json adapter_model.safetensors
 
 run lora_pt "$BIN" train examples/train_lora/qwen3_lora_pretrain.yaml $M max_steps=1

@@ -36,6 +36,23 @@ echo "batch: $(grep 'tandem: error' "$T/batch.log") [exit $rc]"
 check '[ $rc -eq 1 ] && one_line "$T/batch.log" "demo_addition.yaml: key .per_device_train_batch_size. 1000000000"'
 check '[ ! -e "$T/out-batch/model.safetensors" ]'
 
+# init-model (issue 24, items 4 and 7): the same named, pre-allocation error as train (file, key, bytes needed, bytes
+# available), never "slab ... is too large" after the sizes overflowed; a size past INT_MAX says the limit
+for kv in vocab_size=2147483647 intermediate_size=1099511627776 hidden_size=2000000000; do
+  key=${kv%=*}
+  python3 -c "import json, sys; d = json.load(open('$EX/demo/config.json')); d['$key'] = ${kv#*=}; json.dump(d, sys.stdout)" \
+    >"$T/init-$key.json"
+  "$BIN" init-model "$T/init-$key.json" "$T/init-$key" >"$T/init-$key.log" 2>&1 &
+  pid=$!
+  wait_at_most 30 $pid
+  echo "init-model $key: $(grep 'tandem: error' "$T/init-$key.log") [exit $rc]"
+  check '[ $rc -eq 1 ] && [ "$(wc -l <"$T/init-$key.log")" -eq 1 ] && [ ! -e "$T/init-$key" ] &&
+    grep -q "tandem: error: $T/init-$key.json: key .$key. " "$T/init-$key.log"'
+done
+check 'grep -Eq "[0-9]+ bytes .*more than this machine.s [0-9]+ bytes" "$T/init-vocab_size.log"'
+check 'grep -q "is 1099511627776, more than the largest size tandem supports (2147483647)" "$T/init-intermediate_size.log"'
+check 'grep -q "more than the largest width tandem supports" "$T/init-hidden_size.log"'
+
 # a dataset file that is a FIFO (nobody writes to it) or a device: refused by name, no hang
 printf '{"model_type": "qwen2", "vocab_size": 320, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
  "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 256, "tie_word_embeddings": true}\n' \

@@ -14,7 +14,9 @@
  *    S <= 300: (256 + 300) u32 worst case, both sides); bf16 8 u16 forward (q, k, P, v rounded; the score error
  *    carried through exp at |score| <= 3) and 16 u16 backward (dO, V, Q, K and dS rounded as well);
  *  - frozen (bf16-only) weights: read back exactly as the bf16 rounding of what was uploaded, and every kernel
- *    reading them equals the CPU on the rounded values. */
+ *    reading them equals the CPU on the rounded values;
+ *  - kept bf16 copies of trainable weights (bf16 mode): after each way the slab is written (upload, AdamW, copy,
+ *    scale, add, zero) the products use the new weights: the matmul bound above (a stale copy errs by O(1)). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -400,6 +402,45 @@ static void test_frozen(void) {
     drop(x), drop(y), drop(dx), drop(yn), drop(r), drop(emb), drop(g), drop(m), drop(v);
 }
 
+/* Products reading a trainable weight of the parameter slab, after each writer of the slab: W changes on both
+ * backends alike, and the GPU's product must follow it (its kept bf16 copy of W rounded again). */
+static void weight_product(const char *what, float *cw, float *gw, int O, int D, int T) {
+    float *W = get(cpu, cw, (size_t)O * D), *X = hrand((size_t)T * D, -1, 1), *Y = hrand((size_t)T * O, -1, 1);
+    pair x = mk(X, (size_t)T * D), y = mk(Y, (size_t)T * O);
+    cpu->matmul(0, 1, T, O, D, 1.0f, x.c, D, cw, D, 0.0f, y.c, O);
+    gpu->matmul(0, 1, T, O, D, 1.0f, x.g, D, gw, D, 0.0f, y.g, O);
+    check_matmul(what, 0, 1, T, O, D, 1.0f, X, D, W, D, 0.0f, Y, O, y, bf16 ? 2 : 0);
+    free(W), free(X), free(Y);
+    drop(x), drop(y);
+}
+
+static void test_weight_copies(void) {
+    enum { O = 40, D = 72, T = 19, NW = O * D + 100 };
+    float *h = hrand(NW, -1, 1);
+    float *cw = cpu->alloc_params(NW, NW), *gw = gpu->alloc_params(NW, NW);
+    cpu->upload(cw, h, NW), gpu->upload(gw, h, NW);
+    weight_product("weight after upload", cw + 100, gw + 100, O, D, T);
+    weight_product("weight again (its kept copy)", cw + 100, gw + 100, O, D, T);
+    fill(h, NW, -2, 2);
+    cpu->upload(cw, h, NW), gpu->upload(gw, h, NW);
+    weight_product("weight after a second upload", cw + 100, gw + 100, O, D, T);
+    pair g = mk_rand(NW, -1, 1), m = mk_rand(NW, -1, 1), v = mk_rand(NW, 0, 1);
+    cpu->adamw(cw, g.c, m.c, v.c, NW, 0.5, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05);
+    gpu->adamw(gw, g.g, m.g, v.g, NW, 0.5, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05);
+    weight_product("weight after an AdamW step", cw + 100, gw + 100, O, D, T);
+    cpu->copy(cw + 100, g.c, NW - 100), gpu->copy(gw + 100, g.g, NW - 100);
+    weight_product("weight after copy", cw + 100, gw + 100, O, D, T);
+    cpu->scale(cw, NW, -3.0f), gpu->scale(gw, NW, -3.0f);
+    weight_product("weight after scale", cw + 100, gw + 100, O, D, T);
+    cpu->add(cw, m.c, NW), gpu->add(gw, m.g, NW);
+    weight_product("weight after add", cw + 100, gw + 100, O, D, T);
+    cpu->zero(cw + 100 + D, D), gpu->zero(gw + 100 + D, D); /* one row */
+    weight_product("weight after zero of a row", cw + 100, gw + 100, O, D, T);
+    cpu->free(cw), gpu->free(gw);
+    drop(g), drop(m), drop(v);
+    free(h);
+}
+
 int main(void) {
     const char *prec = getenv("TANDEM_TEST_PRECISION");
     bf16 = prec && strcmp(prec, "bf16") == 0;
@@ -423,6 +464,7 @@ int main(void) {
     test_attention(1, 300, 8, 2, 128, 0);  /* Qwen3's head_dim */
     test_attention(1, 100, 2, 1, 256, 0);  /* the widest head: the largest shared-memory tiles */
     test_frozen();
+    test_weight_copies();
     printf("test_gpu_kernels: peak device memory %.1f MiB\n", gpu->peak_bytes() / 1048576.0);
     return tl_done(bf16 ? "test_gpu_kernels (bf16)" : "test_gpu_kernels (fp32)");
 }

@@ -14,7 +14,7 @@ export OMP_NUM_THREADS=8
 
 # mean of the last 20 logged training losses of a run
 tail_loss() {
-  /usr/bin/python3 -c 'import json,sys
+  python3 -c 'import json,sys
 l=[json.loads(x)["loss"] for x in open(sys.argv[1]) if "\"loss\"" in x]
 print("%.6f" % (sum(l[-20:]) / len(l[-20:])) if l else "nan")' "$1/trainer_log.jsonl"
 }
@@ -40,7 +40,7 @@ check 'close "$b" "$c" "$c2"'
 
 # ---- 2. LoRA SFT on a tiny Qwen3 (frozen base bf16-only on the GPU)
 mkdir -p "$T/data"
-/usr/bin/python3 - "$T/data" <<'PY'
+python3 - "$T/data" <<'PY'
 import json, random, sys
 random.seed(7)
 rows = []

@@ -37,7 +37,8 @@ else
 fi
 
 # the generation and dashboard tests must pass unmutated too
-for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed; do
+for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed \
+  test_unit_sync_device test_unit_frozen_ranges test_unit_comm_shared_gpu test_unit_memory_check test_unit_ifname; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -125,6 +126,16 @@ mutant bleu-method3-no-doubling infer/nlg_metrics.c '1.0 / (ldexp(1.0, ++zeros) 
 mutant rouge-n-counts-repeats infer/nlg_metrics.c 'if (i == 0 || ngram_cmp(&out[i], &out[u - 1])) out[u++] = out[i];' \
   'out[u++] = out[i];' test_unit_nlg_metrics
 
+# NCCL_SOCKET_IFNAME's rules (tests/unit/test_unit_ifname.c)
+mutant ifname-prefix-read-as-exact-name launch/ifname.c \
+  'return exact ? strlen(name) == len && strncmp(item, name, len) == 0 : strncmp(item, name, len) == 0;' \
+  'return exact + strlen(name) == len + exact && strncmp(item, name, len) == 0;' test_unit_ifname
+mutant ifname-port-kept-in-the-name launch/ifname.c \
+  'hit = item_match(p, name_len < len ? name_len : len, name, exact);' 'hit = item_match(p, name_len < len ? len : len, name, exact);' \
+  test_unit_ifname
+mutant ifname-exclusion-keeps-loopback launch/ifname.c \
+  'if (pass == 0 && spec[0] == '"'^'"' && is_loopback(ifs[i])) continue;' 'if (pass == 0 && spec[0] == '"'^'"' && is_loopback(ifs[i]) && 0) continue;' test_unit_ifname
+
 # the ResNet (test_parity_resnet against torchvision's float64 run): BN variance conventions, padding, downsample
 # stride, running-statistics momentum
 if [ ! -d "$SHARED/ref/fixtures/resnet18w8-f64" ]; then
@@ -190,6 +201,18 @@ mutant plan-diloco-round-not-hidden trainer/plan.c \
   'fmax(0, round_link - H * step)' 'round_link' test_unit_plan
 mutant plan-zero2-formula trainer/plan.c \
   'case TN_PLAN_ZERO2: state = 4 * P + 12 * P / N; break;' 'case TN_PLAN_ZERO2: state = 8 * P + 8 * P / N; break;' test_unit_plan
+# The GPU path's host side, on the fake device and hand-made records (issue 32)
+mutant diloco-memcpy-from-device-slab trainer/diloco.c \
+  'd->m->be->download(d->g, d->m->slab, d->n);' 'memcpy(d->g, d->m->slab, d->n * sizeof *d->g);' test_unit_sync_device
+mutant frozen-range-checked-at-first-address backend/frozen_ranges.h \
+  'if (r[i].lo > p && r[i].lo < end &&' 'if (r[i].lo > end && r[i].lo < end &&' test_unit_frozen_ranges
+mutant memory-check-gpu-frozen-in-fp32 trainer/memory_check.c \
+  'tn_memory_estimate_frozen(cfg, &mc, seq_len, gpu ? t->frozen_bytes : 4, &n);' \
+  'tn_memory_estimate_frozen(cfg, &mc, seq_len, 4, &n);' test_unit_memory_check
+mutant memory-check-gpu-times-machine-ranks trainer/memory_check.c \
+  'ranks = t->gpu_ranks > 1 ? t->gpu_ranks : 1;' 'ranks = local_ranks > 1 ? local_ranks : 1;' test_unit_memory_check
+mutant shared-gpu-by-ordinal comm/comm_device.c \
+  'if (a->bus[0] && b->bus[0]) return strcasecmp(a->bus, b->bus) == 0;' 'if (0) return 0;' test_unit_comm_shared_gpu
 
 # Image side (decode, PIL's resize, smart_resize, patchify) against the vision-language fixtures.
 TEST=test_parity_vl_data
@@ -248,6 +271,9 @@ elif build_and_run; then
   mutant deepstack-from-the-next-vision-block model/vision.c \
     'if (v->deep_idx[k] == b) return k;' \
     'if (v->deep_idx[k] + 1 == b) return k;'
+  mutant kv-positions-after-an-image-by-token-count model/kv_forward.c \
+    'kv->new_delta[segs[i].slot] = base + mx + 1 - (kv->len[segs[i].slot] + segs[i].n);' \
+    'kv->new_delta[segs[i].slot] = 0 * mx;' test_unit_vl_tiny
   mutant qwen3-pos-embed-interpolation-axes-swapped model/vision_merge.c \
     'wt[0] = (1 - dh) * (1 - dw), wt[1] = (1 - dh) * dw, wt[2] = dh * (1 - dw), wt[3] = dh * dw;' \
     'wt[0] = (1 - dh) * (1 - dw), wt[1] = dh * (1 - dw), wt[2] = (1 - dh) * dw, wt[3] = dh * dw;'

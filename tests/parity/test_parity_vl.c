@@ -12,6 +12,9 @@
  * Fixtures: qwen2vl, qwen25vl, qwen3vl (everything trains), qwen2vl-lm, qwen3vl-lm (vision tower and merger frozen,
  * detected from the gradients file), *-lora (LoRA r 4 on the language model). Also: the released Qwen2-VL naming
  * (model_legacy/) loads to the same weights and saves back under its own names.
+ * And `tandem export` of a VL LoRA (LLaMA-Factory's merge YAML keys): the merged folder's logits equal the base +
+ * adapter logits (both fp32: the merge adds one rounding per weight, well inside GRAD_TOL), under the base's names,
+ * with the preprocessor_config.json copied.
  * TANDEM_VL_FIXTURE=DIR runs one fixture folder instead (any seed or shape make_vl_fixture.py writes).
  * tests/mutants/mutants.sh plants M-RoPE section order, vision RoPE axes, merger order and deepstack layer bugs. */
 #include <cjson/cJSON.h>
@@ -20,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/commands.h"
 #include "core/core.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -364,6 +368,51 @@ static void check_legacy_naming(const char *fixtures) {
     tn_model_free(b);
 }
 
+static void check_export(const char *fixtures) {
+    char dir[1100], yaml[1200], out[1200];
+    snprintf(dir, sizeof dir, "%s/qwen25vl-lora-f64", fixtures);
+    snprintf(out, sizeof out, "%s/vl-merged", tl_tmpdir());
+    snprintf(yaml, sizeof yaml, "%s/merge.yaml", tl_tmpdir());
+    char *text = NULL;
+    if (asprintf(&text, "model_name_or_path: %s/model\nadapter_name_or_path: %s/model/adapter\ntemplate: qwen2_vl\n"
+                 "finetuning_type: lora\nexport_dir: %s\n", dir, dir, out) < 0 ||
+        !CHECK(tn_write_file_atomic(yaml, text, strlen(text)) == 0)) {
+        free(text);
+        return;
+    }
+    free(text);
+    char *argv[] = {yaml};
+    if (!CHECKF(tn_cmd_export(1, argv) == 0, "export of a VL LoRA failed")) return;
+    vl_run r = {0}, g = {0};
+    if (setup(&r, dir, 0)) { /* base + adapter */
+        char *cfg_path = tn_path_join(out, "config.json"), *pp = tn_path_join(out, "preprocessor_config.json");
+        tn_model_config cfg;
+        CHECK(tn_file_exists(pp));
+        if (CHECKF(tn_model_config_load(cfg_path, &cfg) == 0, "%s", tn_errmsg())) {
+            g = r;
+            g.m = tn_model_create(&cfg, NULL, tn_backend_cpu());
+            g.acts = tn_acts_create(g.m, r.B, r.S, 0);
+            if (CHECKF(tn_model_load_hf(g.m, out) == 0, "%s", tn_errmsg())) {
+                float *l1 = tn_xmalloc((size_t)r.B * r.S * r.m->V * sizeof *l1);
+                float *l2 = tn_xmalloc((size_t)r.B * r.S * r.m->V * sizeof *l2);
+                set_images(&r), set_images(&g);
+                tn_model_logits(r.m, r.acts, r.ids, r.B, r.S, l1);
+                tn_model_logits(g.m, g.acts, g.ids, g.B, g.S, l2);
+                double *d = tn_xmalloc((size_t)r.B * r.S * r.m->V * sizeof *d);
+                for (size_t i = 0; i < (size_t)r.B * r.S * r.m->V; i++) d[i] = l1[i];
+                double e = masked_rel_l2(l2, d, r.mask, r.B * r.S, r.m->V);
+                CHECKF(e <= GRAD_TOL && !g.m->vl_legacy_names, "export: merged VL model's logits vs base + adapter: rel L2 "
+                       "%.3g", e);
+                free(l1), free(l2), free(d);
+            }
+            tn_acts_free(g.acts);
+            tn_model_free(g.m);
+        }
+        free(cfg_path), free(pp);
+    }
+    teardown(&r);
+}
+
 int main(void) {
     const char *one = getenv("TANDEM_VL_FIXTURE");
     if (one && *one) {
@@ -382,5 +431,6 @@ int main(void) {
         if (i < 3) run_fixture(names[i], dir, 1);
     }
     check_legacy_naming(fixtures);
+    check_export(fixtures);
     return tl_done("test_parity_vl");
 }

@@ -34,6 +34,11 @@ for k in ("epoch", "total_flos", "train_loss", "train_runtime", "train_samples_p
 ev = load_json("eval_results.json") if with_eval else {}
 for k in ("epoch", "eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second") if with_eval else ():
     need(k in ev, f"eval_results.json lacks {k}")
+# an evaluation step is one batch of at least one sample: never more steps than samples (issue 24, item 11: the
+# gradient accumulation steps once entered the count)
+for e in ([ev] if with_eval else []) + [e for e in load_json("trainer_state.json")["log_history"] if "eval_loss" in e]:
+    need(e["eval_steps_per_second"] <= e["eval_samples_per_second"] + 0.001,
+         f"eval_steps_per_second {e['eval_steps_per_second']} > eval_samples_per_second {e['eval_samples_per_second']}")
 allr = load_json("all_results.json")
 need(set(tr) | set(ev) == set(allr), "all_results.json is not train + eval results")
 st = load_json("trainer_state.json")

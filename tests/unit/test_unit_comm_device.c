@@ -1,5 +1,5 @@
 /* test_unit_comm_device -- the comm layer's path for device buffers (comm.h tn_comm_attach_device), on the CPU:
- * a fake device whose "memory" is host pages kept PROT_NONE except inside its own to_host / to_device copies, so
+ * a fake device (fake_device.h) whose "memory" is host pages kept PROT_NONE except inside its own copies, so
  * any direct touch of a device buffer by the comm layer (MPI, shared memory, the rings) crashes the test instead
  * of passing by accident. Every collective on such buffers must then go through the staging, and its results must
  * be the closed-form sums of test_unit_comm (x_r[i] = 4096 (r+1) + (i mod 4093): exact in fp32).
@@ -8,11 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "comm/comm.h"
 #include "core/core.h"
+#include "fake_device.h"
 #include "testlib.h"
 
 static int R, P;
@@ -20,81 +19,28 @@ static int R, P;
 static float x_of(int r, size_t i) { return (float)(4096 * (r + 1) + (int)(i % 4093)); }
 static float sum_of(size_t i) { return (float)(4096 * P * (P + 1) / 2 + P * (int)(i % 4093)); }
 
-/* ---- the fake device */
-#define MAX_BUFS 64
-static struct {
-    char *p;
-    size_t bytes, mapped;
-} bufs[MAX_BUFS];
-static size_t to_host_bytes, to_device_bytes; /* copies the comm layer asked for (not the test's own) */
-static int test_copy;
-
-static int find(const void *p) {
-    for (int k = 0; k < MAX_BUFS; k++)
-        if (bufs[k].p && (const char *)p >= bufs[k].p && (const char *)p < bufs[k].p + bufs[k].bytes) return k;
-    return -1;
-}
-
-static void *dev_alloc(size_t bytes) {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), mapped = (bytes + page - 1) / page * page;
-    void *p = mmap(NULL, mapped ? mapped : page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) tn_die("mmap failed");
-    int k = 0;
-    while (bufs[k].p) k++;
-    bufs[k].p = p, bufs[k].bytes = bytes ? bytes : 1, bufs[k].mapped = mapped ? mapped : page;
-    return p;
-}
-
-static void dev_free(void *p) {
-    int k = find(p);
-    munmap(bufs[k].p, bufs[k].mapped);
-    bufs[k].p = NULL;
-}
-
-static void open_buf(int k, int prot) { mprotect(bufs[k].p, bufs[k].mapped, prot); }
-
-static int fake_owns(const void *p) { return find(p) >= 0; }
-
-static void fake_to_host(void *host, const void *dev, size_t bytes) {
-    int k = find(dev);
-    if (k < 0 || (const char *)dev + bytes > bufs[k].p + bufs[k].bytes) tn_die("to_host outside a device buffer");
-    open_buf(k, PROT_READ);
-    memcpy(host, dev, bytes);
-    open_buf(k, PROT_NONE);
-    if (!test_copy) to_host_bytes += bytes;
-}
-
-static void fake_to_device(void *dev, const void *host, size_t bytes) {
-    int k = find(dev);
-    if (k < 0 || (char *)dev + bytes > bufs[k].p + bufs[k].bytes) tn_die("to_device outside a device buffer");
-    open_buf(k, PROT_READ | PROT_WRITE);
-    memcpy(dev, host, bytes);
-    open_buf(k, PROT_NONE);
-    if (!test_copy) to_device_bytes += bytes;
-}
-
 /* ---- tests */
 
 static float *dev_fill(size_t n, int rank_dependent) {
-    float *d = dev_alloc(n * sizeof *d), *h = tn_xmalloc((n + 1) * sizeof *h);
+    float *d = fd_alloc(n * sizeof *d), *h = tn_xmalloc((n + 1) * sizeof *h);
     for (size_t i = 0; i < n; i++) h[i] = rank_dependent ? x_of(R, i) : -1.0f;
-    test_copy = 1;
-    fake_to_device(d, h, n * sizeof *h);
-    test_copy = 0;
+    fd_quiet = 1;
+    fd_to_device(d, h, n * sizeof *h);
+    fd_quiet = 0;
     free(h);
     return d;
 }
 
 static float *dev_read(const float *d, size_t n) {
     float *h = tn_xmalloc((n + 1) * sizeof *h);
-    test_copy = 1;
-    fake_to_host(h, d, n * sizeof *h);
-    test_copy = 0;
+    fd_quiet = 1;
+    fd_to_host(h, d, n * sizeof *h);
+    fd_quiet = 0;
     return h;
 }
 
 static void test_attach(tn_comm *c) {
-    tn_comm_device fake = {.name = "fake", .owns = fake_owns, .to_host = fake_to_host, .to_device = fake_to_device,
+    tn_comm_device fake = {.name = "fake", .owns = fd_owns, .to_host = fd_to_host, .to_device = fd_to_device,
                            .queue = NULL, .device = R};
     if (P > 1) { /* rank 1 on "the CPU": refused on every rank, naming it */
         CHECK(tn_comm_attach_device(c, R == 1 ? NULL : &fake, NULL, 0) == -1);
@@ -117,7 +63,7 @@ static void test_blocking(tn_comm *c) {
         for (size_t i = 0; i < n && bad == n; i++)
             if (h[i] != sum_of(i)) bad = i;
         CHECKF(bad == n, "allreduce n=%zu: first wrong element %zu", n, bad);
-        free(h), dev_free(d);
+        free(h), fd_free(d);
         /* reduce-scatter, then all-gather of the sums: the full sum everywhere */
         d = dev_fill(n, 1);
         CHECK(tn_comm_reduce_scatter_f32(c, d, n) == 0);
@@ -130,7 +76,7 @@ static void test_blocking(tn_comm *c) {
         h = dev_read(d, n);
         for (size_t i = 0; i < n; i++) bad = bad == n && h[i] != sum_of(i) ? i : bad;
         CHECKF(bad == n, "all-gather n=%zu: first wrong element %zu", n, bad);
-        free(h), dev_free(d);
+        free(h), fd_free(d);
     }
     /* bcast of device bytes from the last rank */
     float *d = dev_fill(4099, 1);
@@ -139,12 +85,12 @@ static void test_blocking(tn_comm *c) {
     int ok = 1;
     for (size_t i = 0; i < 4099; i++) ok &= h[i] == x_of(P - 1, i);
     CHECK(ok);
-    free(h), dev_free(d);
+    free(h), fd_free(d);
     /* host buffers still go straight to MPI, untouched by the staging */
-    size_t before = to_host_bytes;
+    size_t before = fd_to_host_bytes;
     float host[3] = {x_of(R, 0), x_of(R, 1), x_of(R, 2)};
     CHECK(tn_comm_allreduce_f32(c, host, 3) == 0);
-    CHECK(host[0] == sum_of(0) && host[2] == sum_of(2) && to_host_bytes == before);
+    CHECK(host[0] == sum_of(0) && host[2] == sum_of(2) && fd_to_host_bytes == before);
 }
 
 static void test_nonblocking(tn_comm *c) {
@@ -167,7 +113,7 @@ static void test_nonblocking(tn_comm *c) {
         for (size_t i = 0; i < ns[k] && bad == ns[k]; i++)
             if (h[i] != sum_of(i)) bad = i;
         CHECKF(bad == ns[k], "iallreduce %d (n=%zu): first wrong element %zu", k, ns[k], bad);
-        free(h), dev_free(d[k]);
+        free(h), fd_free(d[k]);
     }
 }
 
@@ -188,9 +134,9 @@ static void test_ranges(tn_comm *c) {
     /* all-gather: outside its shard each rank holds garbage first */
     float *p = dev_fill(n, 0);
     for (size_t i = off; i < off + len; i++) h[i] = sum_of(i) + 0.5f;
-    test_copy = 1;
-    fake_to_device(p + off, h + off, len * sizeof *h);
-    test_copy = 0;
+    fd_quiet = 1;
+    fd_to_device(p + off, h + off, len * sizeof *h);
+    fd_quiet = 0;
     for (int k = 0; k + 1 < n_cuts; k++) ops[k] = tn_comm_iallgather_range(c, p, n, cuts[k], cuts[k + 1]);
     CHECK(tn_comm_wait_all(c) == 0);
     free(h);
@@ -198,7 +144,7 @@ static void test_ranges(tn_comm *c) {
     bad = n;
     for (size_t i = 0; i < n; i++) bad = bad == n && h[i] != sum_of(i) + 0.5f ? i : bad;
     CHECKF(bad == n, "range all-gather: first wrong element %zu", bad);
-    free(h), dev_free(g), dev_free(p);
+    free(h), fd_free(g), fd_free(p);
 }
 
 int main(int argc, char **argv) {
@@ -218,8 +164,8 @@ int main(int argc, char **argv) {
     blocking += 4099 * sizeof(float);                                        /* bcast */
     size_t nonblocking = (17 + 70001 + (1u << 20) + 1 + 1000) * sizeof(float), ranges = 2 * 300007 * sizeof(float);
     size_t want = blocking + nonblocking + ranges;
-    CHECKF(to_host_bytes == want && to_device_bytes == want, "staged %zu bytes out and %zu back, expected %zu each",
-           to_host_bytes, to_device_bytes, want);
+    CHECKF(fd_to_host_bytes == want && fd_to_device_bytes == want, "staged %zu bytes out and %zu back, expected %zu each",
+           fd_to_host_bytes, fd_to_device_bytes, want);
     int64_t f[2] = {tl_failures, tl_checks};
     if (tn_comm_allreduce_max_i64(c, f, 2) != 0) f[0] = 1;
     if (tl_failures) fprintf(stderr, "test_unit_comm_device: rank %d: %d of %d checks failed\n", R, tl_failures, tl_checks);

@@ -273,6 +273,21 @@ static void test_mix_and_batches(void) {
             pv += n;
             free(want);
         }
+        /* rows by index (evaluation): the image sample, a padding row, a text sample (identity), the image sample
+         * again: its images twice, on rows 0 and 3, the same pixel_values each time */
+        int n_own = (int)(d.img_off[i + 1] - d.img_off[i]);
+        size_t own = (size_t)(pv - mb->pixel_values);
+        float *first = tn_xmalloc(own * sizeof *first);
+        memcpy(first, mb->pixel_values, own * sizeof *first);
+        int idx[4] = {i, -1, 6, i};
+        const tn_mm_batch *rb = tn_rows_fill_mm(&d, idx, 4, &buf);
+        CHECKF(rb->n_images == 2 * n_own && rb->row[0] == 0 && rb->row[n_own] == 3 && rb->row[2 * n_own - 1] == 3,
+               "rows by index: %d images, want %d on rows 0 and 3", rb->n_images, 2 * n_own);
+        CHECK(memcmp(rb->pixel_values, first, own * sizeof *first) == 0 &&
+              memcmp(rb->pixel_values + own, first, own * sizeof *first) == 0);
+        int none[2] = {-1, 6};
+        CHECK(tn_rows_fill_mm(&d, none, 2, &buf)->n_images == 0);
+        free(first);
     }
     tn_mm_buf_free(&buf);
     tn_sampler_free(&smp);

@@ -5,7 +5,9 @@
  *   bound within the 64-byte alignment of each buffer;
  *   tn_memory_check: absurd sizes (hidden_size 1e9, num_hidden_layers 1e6, vocab_size 2^31-1, a batch of
  *   1e9) refused with one line naming the file, the key and the bytes; a model config that disagrees
- *   with its weights' shapes refused naming the tensor; the demo's config passes. */
+ *   with its weights' shapes refused naming the tensor; the demo's config passes;
+ *   a GPU run (tn_memory_check_on): checked against each rank's GPU (ranks sharing it add up, bf16 frozen weights
+ *   at 2 bytes), not against host RAM times the machine's ranks; host RAM only for what stays there (DiLoCo). */
 #include <ftw.h>
 #include <limits.h>
 #include <math.h>
@@ -50,6 +52,8 @@ static void compare(const char *what, tn_model_config mc, int lora, int ckpt, do
     tn_memory_estimate(&cfg, &mc, S, &need);
     double params = 4.0 * (double)(m->n_total + 3 * m->n_trainable); /* slab, gradient, AdamW m and v */
     CHECKF(need.param_bytes == params, "%s: parameter bytes %.0f, allocated %.0f", what, need.param_bytes, params);
+    CHECKF(need.trainable == (double)m->n_trainable, "%s: trainable %.0f, allocated %zu", what, need.trainable,
+           m->n_trainable);
     /* activations: every carved buffer is rounded up to 16 floats; ~12 buffers per layer set + ~20 others */
     double T = 3.0 * S, acts = (double)tn_acts_bytes(a) + 4 * 5 * T + 4 * 2 * T * accum;
     double slack = 64.0 * (12.0 * mc.num_hidden_layers + 24);
@@ -97,6 +101,63 @@ static void expect(const char *key, const char *value, int batch, const char *wa
            key, value, rc ? msg : "(accepted)", want);
 }
 
+/* A GPU run of the demo model: the limits are set from the estimate itself, so the cases hold on any machine. */
+static void gpu_case(int lora, int diloco, double gpu_factor, int gpu_ranks, int local_ranks, int frozen_bytes,
+                     int gpu_frozen_bytes, const char *want) {
+    tn_train_config cfg;
+    tn_train_config_defaults(&cfg);
+    snprintf(cfg.source_path, sizeof cfg.source_path, "run.yaml");
+    snprintf(cfg.model_config, sizeof cfg.model_config, "%s", demo_json("", ""));
+    cfg.finetuning_type = lora ? TN_FT_LORA : TN_FT_FULL, cfg.per_device_train_batch_size = 4;
+    cfg.sync_mode = diloco ? TN_SYNC_DILOCO : TN_SYNC_DDP;
+    tn_model_config mc;
+    if (!CHECK(tn_model_config_load(cfg.model_config, &mc) == 0)) return;
+    tn_memory_need n;
+    tn_memory_estimate_frozen(&cfg, &mc, 12, frozen_bytes, &n);
+    tn_memory_target t = {.gpu_bytes = gpu_factor * (n.param_bytes + n.act_bytes), .gpu_ranks = gpu_ranks,
+                          .frozen_bytes = gpu_frozen_bytes};
+    snprintf(t.gpu_name, sizeof t.gpu_name, "cuda:1");
+    int rc = tn_memory_check_on(&cfg, 12, local_ranks, &t);
+    if (!want) {
+        CHECKF(rc == 0, "lora %d diloco %d gpu x%.2f ranks %d/%d: %s", lora, diloco, gpu_factor, gpu_ranks, local_ranks,
+               tn_errmsg());
+        return;
+    }
+    CHECKF(rc == -1 && strstr(tn_errmsg(), want) && !strchr(tn_errmsg(), '\n'), "got '%s', wanted '%s'",
+           rc ? tn_errmsg() : "(accepted)", want);
+}
+
+static void test_gpu_target(void) {
+    int limited;
+    double host = tn_memory_available(&limited);
+    tn_train_config cfg;
+    tn_train_config_defaults(&cfg);
+    snprintf(cfg.model_config, sizeof cfg.model_config, "%s", demo_json("", ""));
+    cfg.finetuning_type = TN_FT_FULL, cfg.per_device_train_batch_size = 4;
+    tn_model_config mc;
+    if (!CHECK(tn_model_config_load(cfg.model_config, &mc) == 0) || host <= 0) return;
+    tn_memory_need n, l32, l16;
+    tn_memory_estimate(&cfg, &mc, 12, &n);
+    /* more ranks than the host could hold if the model lived there: refused on the host, fine on one GPU each */
+    int many = (int)fmin(host / (n.param_bytes + n.act_bytes) + 1, INT_MAX / 2);
+    CHECK(tn_memory_check(&cfg, 12, many) == -1);
+    gpu_case(0, 0, 1.01, 1, many, 4, 4, NULL);
+    gpu_case(0, 0, 0.99, 1, 1, 4, 4, "more than GPU cuda:1's");            /* the GPU itself is checked */
+    gpu_case(0, 0, 1.5, 2, 2, 4, 4, "for each of the 2 ranks on that GPU"); /* two ranks share it */
+    /* LoRA under bf16: the frozen base at 2 bytes a weight */
+    cfg.finetuning_type = TN_FT_LORA;
+    tn_memory_estimate_frozen(&cfg, &mc, 12, 4, &l32);
+    tn_memory_estimate_frozen(&cfg, &mc, 12, 2, &l16);
+    double frozen = (l32.param_bytes - 16 * l32.trainable) / 4;
+    CHECK(l16.trainable == l32.trainable && frozen > 0 && l16.param_bytes == 2 * frozen + 16 * l16.trainable);
+    gpu_case(1, 0, 0.99, 1, 1, 4, 2, NULL);               /* would not fit in fp32, fits in bf16 */
+    gpu_case(1, 0, 0.99, 1, 1, 4, 4, "more than GPU"); /* fp32 (bf16: false) */
+    /* DiLoCo keeps 4 vectors of the trainable parameters in host memory per rank */
+    int over = (int)fmin(host / (16 * n.trainable) + 1, INT_MAX / 2);
+    gpu_case(0, 1, 1.01, 1, over / 2 > 1 ? over / 2 - 1 : 1, 4, 4, NULL);
+    gpu_case(0, 1, 1.01, 1, over, 4, 4, "key 'sync_mode': its vectors");
+}
+
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb, (void)flag, (void)ftw;
     return remove(p);
@@ -111,6 +172,7 @@ int main(void) {
     q3.head_dim = 24;
     tn_model_config big_vocab = llama();
     big_vocab.vocab_size = 300000; /* the lm_head chunk: 2^24 / V rounds to 0, at least 64 rows */
+    test_gpu_target();
     compare("llama full", llama(), 0, 0, 0, 1);
     compare("llama full checkpointing", llama(), 0, 1, 0, 2);
     compare("qwen2 full", q, 0, 0, 0, 1);

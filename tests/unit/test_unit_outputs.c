@@ -16,6 +16,7 @@
 #include "outputs/progress.h"
 #include "outputs/pyfmt.h"
 #include "outputs/run_log.h"
+#include "outputs/quiet_watch.h"
 #include "testlib.h"
 
 static char fixdir[512];
@@ -489,7 +490,23 @@ static void progress(void) {
            "last bar is full and ends the line: '%s'", out);
 }
 
+/* quiet_watch: a progress line is due after `every` seconds with nothing shown, then again `every` seconds after
+ * it; something shown resets the clock (issue 24, item 5: no command silent through seconds of work). */
+static void quiet(void) {
+    tn_quiet q;
+    tn_quiet_start(&q, 3.0, 100.0);
+    CHECK(!tn_quiet_tick(&q, 101.0, 0) && !tn_quiet_tick(&q, 102.9, 0)); /* under 3 s of silence */
+    CHECK(tn_quiet_tick(&q, 103.0, 0));                                  /* 3 s: a line */
+    CHECK(!tn_quiet_tick(&q, 105.0, 0) && tn_quiet_tick(&q, 106.1, 0));  /* the line counts as shown */
+    CHECK(!tn_quiet_tick(&q, 108.0, 1));                                 /* text shown: no line, clock reset */
+    CHECK(!tn_quiet_tick(&q, 110.9, 0) && tn_quiet_tick(&q, 111.0, 0));
+    CHECK_NEAR(tn_quiet_for(&q, 112.5), 1.5, 1e-12);
+    tn_quiet_start(&q, 0, 0.0); /* 0: the default */
+    CHECK(!tn_quiet_tick(&q, TN_QUIET_SECONDS - 0.01, 0) && tn_quiet_tick(&q, TN_QUIET_SECONDS, 0));
+}
+
 int main(void) {
+    quiet();
     snprintf(fixdir, sizeof fixdir, "%s/fixtures/outputs", tl_tests_dir());
     const char *tmp = tl_tmpdir();
     char *out = mkpath(tmp, "run");

@@ -159,16 +159,28 @@ static void defaults(void) {
         CHECKF(tn_train_config_parse(y, "u.yaml", &c) != 0 && strstr(tn_errmsg(), "u.yaml:2: key '"),
                "%s -> %s", unsupported[i], tn_errmsg());
     }
+    /* vision-language keys, LLaMA-Factory's defaults (ProcessorArguments 768*768 / 32*32; FinetuningArguments:
+     * vision tower and projector frozen, language model trained) and its qwen3vl_full_sft.yaml values */
+    CHECK(tn_train_config_parse("model_config: x.json\n", "vl.yaml", &c) == 0 && tn_train_config_finish(&c) == 0);
+    CHECK(c.image_max_pixels == 589824 && c.image_min_pixels == 1024 && !c.media_dir[0]);
+    CHECK(c.freeze_vision_tower == 1 && c.freeze_multi_modal_projector == 1 && c.freeze_language_model == 0);
+    CHECKF(tn_train_config_parse("model_config: x.json\nimage_max_pixels: 262144\nvideo_max_pixels: 16384\n"
+                                 "freeze_vision_tower: false\nfreeze_multi_modal_projector: false\n"
+                                 "freeze_language_model: true\nmedia_dir: /data/imgs\nimage_min_pixels: 4096\n",
+                                 "vl.yaml", &c) == 0, "%s", tn_errmsg());
+    CHECK(c.image_max_pixels == 262144 && c.image_min_pixels == 4096 && !strcmp(c.media_dir, "/data/imgs"));
+    CHECK(c.freeze_vision_tower == 0 && c.freeze_multi_modal_projector == 0 && c.freeze_language_model == 1);
+    CHECK(strstr(c.notices, "video_max_pixels") && strstr(c.notices, "videos and audio are not supported yet"));
+    CHECKF(tn_train_config_parse("model_config: x.json\nimage_max_pixels: 0\n", "vl.yaml", &c) != 0 &&
+               strstr(tn_errmsg(), "vl.yaml:2: key 'image_max_pixels'"), "%s", tn_errmsg());
+    CHECKF(tn_train_config_parse("model_config: x.json\nuse_audio_in_video: true\n", "vl.yaml", &c) != 0 &&
+               strstr(tn_errmsg(), "vl.yaml:2: key 'use_audio_in_video': not supported yet"), "%s", tn_errmsg());
     /* optim: sgd is read (image classifiers train with it; a language model's job refuses it: test_image_train) */
     CHECK(tn_train_config_parse("model_config: x.json\noptim: sgd\noptim_args: momentum=0.9\nlabel_smoothing_factor: 0.1\n",
                                 "s.yaml", &c) == 0 && c.optim_sgd == 1 && strcmp(c.optim_args, "momentum=0.9") == 0 &&
           c.label_smoothing_factor == 0.1);
     CHECK(tn_train_config_parse("model_config: x.json\nlabel_smoothing_factor: 1.5\n", "s.yaml", &c) != 0 &&
           strstr(tn_errmsg(), "label_smoothing_factor"));
-    /* LLaMA-Factory's qwen3vl_lora_sft.yaml: the line says what is missing, not that the key is unknown */
-    CHECKF(tn_train_config_parse("model_config: x.json\nimage_max_pixels: 262144\n", "vl.yaml", &c) != 0 &&
-               strstr(tn_errmsg(), "vl.yaml:2: key 'image_max_pixels': vision-language") && !strstr(tn_errmsg(), "not known"),
-           "%s", tn_errmsg());
     CHECK(tn_train_config_parse("model_config: x.json\ndo_train: false\n", "t.yaml", &c) == 0);
     CHECK(tn_train_config_finish(&c) != 0 && strstr(tn_errmsg(), "do_train"));
     /* do_predict without do_train predicts only (LF's default do_train is false); it needs predict_with_generate and
@@ -239,6 +251,11 @@ static void value_forms(void) {
     CHECK(strcmp(c.lora_target, "all") == 0);
     CHECK(tn_train_config_parse("lora_target: [all]\n", "list.yaml", &c) == 0);
     CHECK(strcmp(c.lora_target, "all") == 0);
+    /* issue 25's config: the projections and the embedding (PEFT's embedding adapter), kept in table order */
+    CHECK(tn_train_config_parse("lora_target: k_proj,up_proj,o_proj,v_proj,q_proj,gate_proj,down_proj,embed_tokens\n",
+                                "list.yaml", &c) == 0);
+    CHECKF(strcmp(c.lora_target, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,embed_tokens") == 0,
+           "lora_target '%s'", c.lora_target);
     CHECK(tn_train_config_parse("lr_scheduler_type: constant\n", "s.yaml", &c) == 0);
     CHECK(c.lr_scheduler_type == TN_SCHED_CONSTANT && c.no_warmup == 1);
     /* an explicit document marker and comments are fine */

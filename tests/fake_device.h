@@ -1,0 +1,78 @@
+/* fake_device -- a device whose "memory" is host pages kept PROT_NONE except inside its own copies, for tests of the
+ * code that handles accelerator memory on a CPU-only machine: any direct touch of a device buffer by host code
+ * (a memcpy, a loop, MPI, shared memory) crashes the test instead of passing by accident. Header-only: each test
+ * that includes it has its own device. fd_to_host / fd_to_device count the bytes copied unless fd_quiet is set
+ * (a test's own reads and writes). */
+#ifndef TN_FAKE_DEVICE_H
+#define TN_FAKE_DEVICE_H
+
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+#define FD_MAX_BUFS 64
+static struct {
+    char *p;
+    size_t bytes, mapped;
+} fd_bufs[FD_MAX_BUFS];
+static size_t fd_to_host_bytes, fd_to_device_bytes; /* copies the code under test asked for */
+static int fd_quiet;
+
+static inline int fd_find(const void *p) {
+    for (int k = 0; k < FD_MAX_BUFS; k++)
+        if (fd_bufs[k].p && (const char *)p >= fd_bufs[k].p && (const char *)p < fd_bufs[k].p + fd_bufs[k].bytes)
+            return k;
+    return -1;
+}
+
+static inline void *fd_alloc(size_t bytes) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), mapped = (bytes + page - 1) / page * page;
+    void *p = mmap(NULL, mapped ? mapped : page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) tn_die("mmap failed");
+    int k = 0;
+    while (k < FD_MAX_BUFS && fd_bufs[k].p) k++;
+    if (k == FD_MAX_BUFS) tn_die("fake device: more than %d buffers", FD_MAX_BUFS);
+    fd_bufs[k].p = p, fd_bufs[k].bytes = bytes ? bytes : 1, fd_bufs[k].mapped = mapped ? mapped : page;
+    return p;
+}
+
+static inline void fd_free(void *p) {
+    int k = fd_find(p);
+    if (k < 0) tn_die("fake device: free of %p, not a device buffer", p);
+    munmap(fd_bufs[k].p, fd_bufs[k].mapped);
+    fd_bufs[k].p = NULL;
+}
+
+static inline void fd_open(int k, int prot) {
+    if (mprotect(fd_bufs[k].p, fd_bufs[k].mapped, prot) != 0) tn_die("fake device: mprotect failed");
+}
+
+static inline int fd_owns(const void *p) { return fd_find(p) >= 0; }
+
+/* [dev, dev + bytes) must lie in one buffer: its index */
+static inline int fd_range(const void *dev, size_t bytes, const char *what) {
+    int k = fd_find(dev);
+    if (k < 0 || (const char *)dev + bytes > fd_bufs[k].p + fd_bufs[k].bytes)
+        tn_die("fake device: %s outside a device buffer", what);
+    return k;
+}
+
+static inline void fd_to_host(void *host, const void *dev, size_t bytes) {
+    int k = fd_range(dev, bytes, "to_host");
+    fd_open(k, PROT_READ);
+    memcpy(host, dev, bytes);
+    fd_open(k, PROT_NONE);
+    if (!fd_quiet) fd_to_host_bytes += bytes;
+}
+
+static inline void fd_to_device(void *dev, const void *host, size_t bytes) {
+    int k = fd_range(dev, bytes, "to_device");
+    fd_open(k, PROT_READ | PROT_WRITE);
+    memcpy(dev, host, bytes);
+    fd_open(k, PROT_NONE);
+    if (!fd_quiet) fd_to_device_bytes += bytes;
+}
+
+#endif
