@@ -87,15 +87,17 @@ static const page PAGES[] = {
      CONFIG_ARGS_EX("export_size=2")
      "  keys: model_name_or_path, adapter_name_or_path, export_dir, export_size (GB a shard, default 5)\n"
      "  --help, -h      this page\n"},
-    {"chat", NULL, "chat CONFIG.yaml [key=value ...]",
+    {"chat", NULL, "chat CONFIG.yaml [--image FILE ...] [key=value ...]",
      "talk to model_name_or_path (+ adapter_name_or_path) through its template; \"clear\" starts over, \"exit\" leaves",
+     "  --image FILE    an image for the first turn (vision-language models; repeatable; <image> in the text places it)\n"
      INFER_ARGS
      "  keys: model_name_or_path, adapter_name_or_path, template, default_system, enable_thinking, do_sample,\n"
      "        temperature, top_p, top_k, repetition_penalty, max_new_tokens (LLaMA-Factory's defaults)\n"
      "  --help, -h      this page\n"},
-    {"generate", NULL, "generate CONFIG.yaml --prompt TEXT [--stats] [key=value ...]",
+    {"generate", NULL, "generate CONFIG.yaml --prompt TEXT [--image FILE ...] [--stats] [key=value ...]",
      "one answer to TEXT, through the template (the keys of chat), streamed as it is generated",
      "  --prompt TEXT   the user's message\n"
+     "  --image FILE    an image of the prompt (vision-language models; repeatable; <image> in TEXT places it)\n"
      "  --stats         print time to first token and tokens/s to stderr\n"
      INFER_ARGS
      "  --help, -h      this page\n"},
