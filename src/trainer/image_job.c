@@ -20,7 +20,10 @@
 #include "core/core.h"
 #include "data/image_set.h"
 #include "model/resnet.h"
+#include "outputs/loss_plot.h"
+#include "outputs/tensorboard.h"
 #include "trainer/family.h"
+#include "trainer/image_ckpt.h"
 
 #define DEMO_TRAIN 4000
 #define DEMO_EVAL 500
@@ -42,6 +45,10 @@ typedef struct {
     tn_bn_sync sync;                 /* sync_bn: batch statistics summed over the ranks */
     int sync_failed;                 /* an all-reduce inside a BN failed (reported after the step) */
     char *log;                       /* trainer_log.jsonl so far (rank 0), rewritten atomically */
+    int start_step;                  /* resumed from checkpoint-<start_step> (0: a fresh run) */
+    tn_tb_writer *tb;                /* report_to: tensorboard (rank 0), HF's tags */
+    double *curve[3][2];             /* plot_loss: (step, value) of loss, eval_loss, eval_accuracy */
+    int n_curve[3];
     size_t log_len;
     double t0;
 } image_job;
@@ -117,6 +124,28 @@ static int load_model(image_job *j) {
     if (fresh) tn_resnet_init_random(j->m, (uint64_t)cfg->seed);
     else if (tn_resnet_load(j->m, cfg->model_name_or_path)) return -1;
     return 0;
+}
+
+static void add_point(image_job *j, int which, double step, double v) {
+    int n = j->n_curve[which]++;
+    for (int k = 0; k < 2; k++) j->curve[which][k] = tn_xrealloc(j->curve[which][k], (size_t)(n + 1) * sizeof(double));
+    j->curve[which][0][n] = step, j->curve[which][1][n] = v;
+}
+
+/* plot_loss: LLaMA-Factory's training_loss.png, training_eval_loss.png, training_eval_accuracy.png (rank 0) */
+static int plot_curves(image_job *j) {
+    static const char *const keys[3] = {"loss", "eval_loss", "eval_accuracy"};
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < 3; k++) {
+        if (!j->n_curve[k]) continue;
+        char file[64], title[4200];
+        snprintf(file, sizeof file, "training_%s.png", keys[k]);
+        snprintf(title, sizeof title, "training %s of %s", keys[k], j->cfg->output_dir);
+        char *p = tn_path_join(j->cfg->output_dir, file);
+        rc = tn_plot_curve_png(p, title, keys[k], j->curve[k][0], j->curve[k][1], j->n_curve[k]);
+        free(p);
+    }
+    return rc;
 }
 
 /* appends one JSON line to trainer_log.jsonl (rank 0), rewriting the file atomically */
@@ -254,19 +283,23 @@ static int train(image_job *j) {
     const tn_train_config *c = j->cfg;
     int per_rank = c->per_device_train_batch_size * c->gradient_accumulation_steps;
     int G = per_rank * j->world, n = j->train.n;
-    int steps_per_epoch = (n + G - 1) / G;
+    /* a last partial batch that cannot give every rank 2 images is dropped: batch norm needs 2 values per channel
+     * (torch refuses 1), and under sync_bn a rank without images would miss the statistics all-reduce */
+    int steps_per_epoch = n / G + (n % G >= 2 * j->world);
+    if (steps_per_epoch == 0)
+        return tn_err("%s: %d training images do not fill one batch of 2 per rank (%d ranks)", c->source_path, n, j->world);
     int total = c->max_steps > 0 ? c->max_steps : (int)ceil(c->num_train_epochs * steps_per_epoch);
     int warmup = tn_warmup_steps(c, total), logging = c->logging_steps > 0 ? c->logging_steps : 10;
     int64_t *perm = tn_xmalloc((size_t)n * sizeof *perm);
     double window = 0, train_sum = 0, acc = 0, eval_loss = 0;
-    int in_window = 0, step = 0, rc = 0;
+    int in_window = 0, step = j->start_step, first = j->start_step, rc = 0;
     char line[512], el[32], rem[32];
     if (j->rank == 0)
         printf("tandem: image classifier, %d training images (%d classes), %d held out; %d steps of %d images "
                "(%d ranks), %s\n", n, j->train.num_classes, j->eval.n, total, G, j->world, c->optim_sgd ? "SGD" : "AdamW");
-    for (int64_t epoch = 0; rc == 0 && step < total; epoch++) {
+    for (int64_t epoch = step / steps_per_epoch; rc == 0 && step < total; epoch++) {
         permute(perm, n, (uint64_t)c->seed, epoch);
-        for (int b = 0; rc == 0 && b < steps_per_epoch && step < total; b++) {
+        for (int b = step % steps_per_epoch; rc == 0 && b < steps_per_epoch && step < total; b++) {
             int64_t start = (int64_t)b * G;
             int gsize = (int)(n - start < G ? n - start : G);
             double lr = tn_lr_at(c->lr_scheduler_type, c->learning_rate, step, warmup, total), loss = 0;
@@ -276,15 +309,22 @@ static int train(image_job *j) {
             step++;
             optimizer_step(j, lr, step);
             window += loss, train_sum += loss, in_window++;
+            if (c->save_strategy == TN_SAVE_STEPS && c->save_steps > 0 && step % c->save_steps == 0 && j->rank == 0)
+                rc = tn_image_ckpt_save(c->output_dir, step, j->m, j->opt_a, j->opt_b, j->be);
             if (step % logging == 0 || step == total) {
                 double e = tn_now() - j->t0, ep = (double)epoch + (double)(b + 1) / steps_per_epoch;
-                hms(e, el, sizeof el), hms(e / step * (total - step), rem, sizeof rem);
+                hms(e, el, sizeof el), hms(e / (step - first) * (total - step), rem, sizeof rem);
                 snprintf(line, sizeof line, "{\"current_steps\": %d, \"total_steps\": %d, \"loss\": %.4f, \"lr\": %.6g, "
                          "\"grad_norm\": %.4f, \"epoch\": %.4f, \"percentage\": %.2f, \"elapsed_time\": \"%s\", "
                          "\"remaining_time\": \"%s\"}", step, total, window / in_window, lr, gn, ep, 100.0 * step / total,
                          el, rem);
                 if (j->rank == 0) printf("%s\n", line);
                 rc = log_line(j, line);
+                add_point(j, 0, step, window / in_window);
+                if (rc == 0 && j->tb)
+                    rc = tn_tb_scalar(j->tb, "train/loss", window / in_window, step) ||
+                         tn_tb_scalar(j->tb, "train/learning_rate", lr, step) ||
+                         tn_tb_scalar(j->tb, "train/grad_norm", gn, step) || tn_tb_scalar(j->tb, "train/epoch", ep, step);
                 window = 0, in_window = 0;
             }
         }
@@ -295,23 +335,67 @@ static int train(image_job *j) {
                      (double)step / steps_per_epoch);
             if (rc == 0 && j->rank == 0) printf("%s\n", line);
             if (rc == 0) rc = log_line(j, line);
+            add_point(j, 1, step, eval_loss), add_point(j, 2, step, acc);
+            if (rc == 0 && j->tb)
+                rc = tn_tb_scalar(j->tb, "eval/loss", eval_loss, step) || tn_tb_scalar(j->tb, "eval/accuracy", acc, step);
         }
+        if (rc == 0 && c->save_strategy == TN_SAVE_EPOCH && step % steps_per_epoch == 0 && j->rank == 0)
+            rc = tn_image_ckpt_save(c->output_dir, step, j->m, j->opt_a, j->opt_b, j->be);
     }
     free(perm);
     if (rc || j->rank != 0) return rc;
     double rt = tn_now() - j->t0;
     char res[512];
-    snprintf(res, sizeof res, "{\n    \"epoch\": %.4f,\n    \"eval_accuracy\": %.4f,\n    \"eval_loss\": %.4f,\n"
-             "    \"eval_samples\": %d,\n    \"train_loss\": %.4f,\n    \"train_runtime\": %.4f,\n"
+    char ev[160] = ""; /* the eval keys only when there was a held-out set */
+    if (j->eval.n)
+        snprintf(ev, sizeof ev, "    \"eval_accuracy\": %.4f,\n    \"eval_loss\": %.4f,\n    \"eval_samples\": %d,\n", acc,
+                 eval_loss, j->eval.n);
+    snprintf(res, sizeof res, "{\n    \"epoch\": %.4f,\n%s    \"train_loss\": %.4f,\n    \"train_runtime\": %.4f,\n"
              "    \"train_samples_per_second\": %.3f,\n    \"train_steps_per_second\": %.3f\n}\n",
-             (double)step / steps_per_epoch, acc, eval_loss, j->eval.n, train_sum / (step ? step : 1), rt,
-             (double)step * G / rt, step / rt);
+             (double)step / steps_per_epoch, ev, train_sum / (step > first ? step - first : 1), rt,
+             (double)(step - first) * G / rt, (step - first) / rt);
     char *p = tn_path_join(c->output_dir, "all_results.json");
     rc = tn_write_file_atomic(p, res, strlen(res));
     free(p);
     if (rc == 0) rc = tn_resnet_save(j->m, c->output_dir);
-    if (rc == 0) printf("tandem: eval accuracy %.2f%%; model saved to %s\n", 100 * acc, c->output_dir);
+    if (rc == 0 && c->plot_loss) rc = plot_curves(j);
+    if (rc == 0 && j->eval.n) printf("tandem: eval accuracy %.2f%%; model saved to %s\n", 100 * acc, c->output_dir);
+    else if (rc == 0) printf("tandem: model saved to %s (no held-out set to evaluate)\n", c->output_dir);
     return rc;
+}
+
+/* keeps the lines of output_dir/trainer_log.jsonl up to step (a resumed run continues the log) */
+static void keep_log(image_job *j, int step) {
+    char *p = tn_path_join(j->cfg->output_dir, "trainer_log.jsonl");
+    char *text = tn_file_exists(p) ? tn_read_file(p, NULL, 1 << 28) : NULL;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        else next = line + strlen(line);
+        const char *k = strstr(line, "\"current_steps\": ");
+        if (k && atoi(k + 16) <= step) log_line(j, line);
+    }
+    free(text), free(p);
+}
+
+/* resume_from_checkpoint: a checkpoint folder, or true for output_dir's latest */
+static int resume(image_job *j) {
+    const char *r = j->cfg->resume_from_checkpoint;
+    if (!r[0]) return 0;
+    char dir[4096];
+    if (!strcmp(r, "true") || !strcmp(r, "True")) {
+        if (tn_image_ckpt_latest(j->cfg->output_dir, dir, sizeof dir) < 0)
+            return tn_err("%s: key 'resume_from_checkpoint': no checkpoint-N in %s", j->cfg->source_path,
+                          j->cfg->output_dir);
+    } else {
+        snprintf(dir, sizeof dir, "%s", r);
+    }
+    int step = tn_image_ckpt_load(dir, j->m, j->opt_a, j->opt_b, j->be);
+    if (step < 0) return tn_err("%s: key 'resume_from_checkpoint': %s", j->cfg->source_path, tn_errmsg());
+    j->start_step = step;
+    keep_log(j, step);
+    if (j->rank == 0) printf("tandem: resuming from %s (step %d)\n", dir, step);
+    return 0;
 }
 
 int tn_image_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fingerprint) {
@@ -323,12 +407,14 @@ int tn_image_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t confi
     if (!j.be) return tn_err("%s: key 'device' (or $TANDEM_DEVICE): %s", cfg->source_path, tn_errmsg());
     int rc = cfg->zero_stage > 0 ? tn_err("%s: ZeRO/FSDP sharding is for language models; an image classifier trains "
                                           "with plain data parallelism (zero_stage 0)", cfg->source_path) : 0;
-    if (rc == 0 && cfg->report_tensorboard)
-        rc = tn_err("%s: key 'report_to': TensorBoard files are not written for image classifiers yet (trainer_log.jsonl "
-                    "and all_results.json are)", cfg->source_path);
-    if (rc == 0 && (cfg->save_steps > 0 || cfg->resume_from_checkpoint[0]))
-        rc = tn_err("%s: key '%s': checkpoints are not written or resumed for image classifiers yet (the model is saved at "
-                    "the end)", cfg->source_path, cfg->save_steps > 0 ? "save_steps" : "resume_from_checkpoint");
+    if (rc == 0 && cfg->report_tensorboard && j.rank == 0) {
+        char *dir = cfg->logging_dir[0] ? tn_xstrdup(cfg->logging_dir) : tn_tb_default_logdir(cfg->output_dir);
+        if (!(j.tb = tn_tb_open(dir))) rc = -1;
+        free(dir);
+    }
+    if (rc == 0 && cfg->save_total_limit > 0)
+        rc = tn_err("%s: key 'save_total_limit': older checkpoints are not removed for image classifiers yet (every "
+                    "checkpoint-N is kept)", cfg->source_path);
     if (rc == 0 && cfg->optim_sgd) rc = parse_sgd_args(cfg, &j.sgd);
     if (rc == 0) rc = load_model(&j);
     if (rc == 0) rc = load_sets(&j, tn_resnet_cfg(j.m)->image_size);
@@ -341,9 +427,12 @@ int tn_image_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t confi
     if (rc == 0) {
         size_t n = tn_resnet_n_params(j.m);
         j.opt_a = j.be->alloc(n), j.opt_b = j.be->alloc(n);
-        rc = train(&j);
+        rc = resume(&j);
+        if (rc == 0) rc = train(&j);
         j.be->free(j.opt_a), j.be->free(j.opt_b);
     }
+    if (j.tb) tn_tb_close(j.tb);
+    for (int k = 0; k < 3; k++) free(j.curve[k][0]), free(j.curve[k][1]);
     tn_image_set_free(&j.train), tn_image_set_free(&j.eval);
     tn_resnet_free(j.m);
     free(j.log);

@@ -9,7 +9,9 @@
 #  3. a record with label 10: one line naming the file and record, exit status 1;
 #  4. optim: sgd given to a language model: one line saying so;
 #  5. sync_bn: 2 ranks x 8 = 1 rank x 16 within the bound derived at the check;
-#  6. report_to: tensorboard and save_steps (not there yet for image classifiers): one line each.
+#  6. save_total_limit (not there yet for image classifiers): one line; report_to: tensorboard writes HF's tags;
+#  7. checkpoints and exact resume (byte-identical to the straight run);
+#  8. tandem launch --config_file (an accelerate config) with report_to: swanlab's one-line note.
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
 EX=$TANDEM_TESTS_DIR/../examples
@@ -31,6 +33,7 @@ for d in demo1 demo2; do
   check 'within 0.95 "${a:-0}"'
   check '[ "$(grep -c eval_accuracy "$T/$d/trainer_log.jsonl")" -eq 2 ]'
   check '[ -s "$T/$d/model.safetensors" ] && [ -s "$T/$d/config.json" ]'
+  check '[ "$(head -c 4 "$T/$d/training_loss.png" | od -An -c | tr -d " ")" = "211PNG" ] && [ -s "$T/$d/training_eval_accuracy.png" ]'
 done
 check 'grep -q "(2 ranks)" "$T/demo2.log"'
 
@@ -107,13 +110,40 @@ check 'within 1e-2 "${wn:-0}"'
 rc=$?
 check '[ $rc -eq 1 ] && grep -q "key .optim.: sgd trains image classifiers" "$T/lm.log"'
 
-# 6. what the image job does not do yet is refused in one line, not ignored
-"$BIN" train "$EX/image_demo.yaml" output_dir="$T/tb" report_to=tensorboard >"$T/tb.log" 2>&1
+# 6. what the image job does not do yet is refused in one line, not ignored; TensorBoard
+"$BIN" train "$EX/image_demo.yaml" output_dir="$T/ck" save_steps=5 save_total_limit=2 >"$T/ck.log" 2>&1
 rc=$?
-check '[ $rc -eq 1 ] && grep -q "key .report_to.: TensorBoard files are not written for image classifiers" "$T/tb.log"'
-"$BIN" train "$EX/image_demo.yaml" output_dir="$T/ck" save_steps=5 >"$T/ck.log" 2>&1
+check '[ $rc -eq 1 ] && grep -q "key .save_total_limit.: older checkpoints are not removed" "$T/ck.log"'
+# report_to: tensorboard: HF's tags, read back by tests/tools/tb_read.py (independent decoder)
+OMP_NUM_THREADS=2 "$BIN" train "$EX/image_demo.yaml" output_dir="$T/tb" report_to=tensorboard logging_dir="$T/tb/runs/x" \
+  max_steps=4 logging_steps=2 >"$T/tb.log" 2>&1 || { echo "tensorboard run failed:"; tail -3 "$T/tb.log"; }
+if /usr/bin/python3 -c "import google.protobuf" 2>/dev/null; then
+  /usr/bin/python3 "$TANDEM_TESTS_DIR/tools/tb_read.py" "$T/tb/runs/x" >"$T/tb.txt" 2>&1
+  check 'grep -q "^4 eval/accuracy " "$T/tb.txt" && grep -q "^2 train/loss " "$T/tb.txt" && grep -q "^4 train/learning_rate " "$T/tb.txt"'
+fi
+
+# 7. checkpoints and exact resume: 6 steps straight (saving checkpoint-3) = 3 steps + resume from checkpoint-3, byte for
+#    byte (data order and augmentation are functions of (seed, epoch, index), the learning rate of the step; the
+#    checkpoint holds the BN statistics and the optimizer state); the resumed run logs only steps 4-6
+R="max_steps=6 logging_steps=1 optim=sgd learning_rate=1e-2 sync_bn=true"
+OMP_NUM_THREADS=2 "$BIN" train "$EX/image_demo.yaml" $R save_steps=3 output_dir="$T/ra" >"$T/ra.log" 2>&1 ||
+  { echo "6 steps failed:"; tail -5 "$T/ra.log"; }
+OMP_NUM_THREADS=2 "$BIN" train "$EX/image_demo.yaml" $R resume_from_checkpoint="$T/ra/checkpoint-3" output_dir="$T/rb" \
+  >"$T/rb.log" 2>&1 || { echo "resume failed:"; tail -5 "$T/rb.log"; }
+check '[ -s "$T/ra/checkpoint-3/optimizer.safetensors" ] && [ -s "$T/ra/checkpoint-6/trainer_state.json" ]'
+check 'grep -q "resuming from .*checkpoint-3 (step 3)" "$T/rb.log"'
+check 'cmp -s "$T/ra/model.safetensors" "$T/rb/model.safetensors"'
+check '[ "$(grep -c "\"current_steps\": [123]," "$T/rb/trainer_log.jsonl")" -eq 0 ] && grep -q "\"current_steps\": 4," "$T/rb/trainer_log.jsonl"'
+"$BIN" train "$EX/image_demo.yaml" output_dir="$T/none" resume_from_checkpoint=true >"$T/none.log" 2>&1
 rc=$?
-check '[ $rc -eq 1 ] && grep -q "key .save_steps.: checkpoints are not written" "$T/ck.log"'
+check '[ $rc -eq 1 ] && grep -q "resume_from_checkpoint.: no checkpoint-N in" "$T/none.log"'
+
+# 8. the same launch machinery as the language models: an accelerate config (num_processes 2), and report_to: swanlab's note
+printf 'compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_processes: 2\nnum_machines: 1\nmachine_rank: 0\nmain_process_ip: 127.0.0.1\nmain_process_port: %s\n' \
+  $((20000 + $$ % 20000)) >"$T/acc.yaml"
+OMP_NUM_THREADS=1 "$BIN" launch --config_file "$T/acc.yaml" "$EX/image_demo.yaml" max_steps=2 output_dir="$T/acc" \
+  report_to=swanlab >"$T/acc.log" 2>&1 || { echo "accelerate launch failed:"; tail -3 "$T/acc.log"; }
+check 'grep -q "(2 ranks)" "$T/acc.log" && grep -q "nothing is sent to swanlab" "$T/acc.log" && [ -s "$T/acc/model.safetensors" ]'
 
 echo "test_image_train: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]

@@ -168,6 +168,28 @@ else
   tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails test_parity_resnet"; exit 1
 fi
 
+# image data and SyncBatchNorm (no ../shared needed): test_unit_image_set, test_unit_image_kernels
+for t in test_unit_image_set test_unit_image_kernels; do
+  build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
+done
+mutant cifar-crop-offsets-0-to-7 data/image_augment.c '% (uint64_t)(2 * pad + 1)) : 0;
+    *dx' '% (uint64_t)(2 * pad)) : 0;
+    *dx' test_unit_image_set
+mutant normalize-multiplies-by-std data/image_augment.c '(v - m) / sd;' '(v - m) * sd;' test_unit_image_set
+mutant cifar-planes-read-as-hwc data/cifar_bin.c 'memcpy(s->px + (size_t)(s->n + r) * CIFAR_PIXELS, rec + 1, CIFAR_PIXELS);' \
+  'for (int q = 0; q < CIFAR_PIXELS; q++) s->px[(size_t)(s->n + r) * CIFAR_PIXELS + q] = rec[1 + q % 3 * 1024 + q / 3];' \
+  test_unit_image_set
+mutant syncbn-running-var-local-count backend/cpu_image.c 'float unbiased = n > 1 ? (float)(var * n / (n - 1)) : (float)var;' \
+  'float unbiased = M > 1 ? (float)(var * M / (M - 1)) : (float)var;' test_unit_image_kernels
+mutant syncbn-dgamma-from-global-sums backend/cpu_image.c '        dgamma[c] += (float)sdyx;
+        dbeta[c] += (float)sdy;
+    }
+    buf[2 * C] = M;
+    sync->sum(sync->ctx, buf, 2 * C + 1);' '    }
+    buf[2 * C] = M;
+    sync->sum(sync->ctx, buf, 2 * C + 1);
+    for (int c = 0; c < C; c++) dgamma[c] += (float)buf[C + c], dbeta[c] += (float)buf[c];' test_unit_image_kernels
+
 # the dashboard (tests/unit/test_unit_dashboard.c)
 mutant dashboard-straggler-by-step-not-per-sample serve/dash_view.c \
   'per[r] = s > 0 ? c / s : c;' 'per[r] = s > 0 ? c : c;' test_unit_dashboard
@@ -181,7 +203,8 @@ mutant dashboard-event-ring-without-byte-bound serve/dash_store.c \
 mutant plan-allreduce-bytes-halved trainer/plan.c \
   'r->link_bytes = M > 1 ? 2 * (M - 1) / M * G : 0;' 'r->link_bytes = M > 1 ? (M - 1) / M * G : 0;' test_unit_plan
 mutant plan-no-overlap-with-backward trainer/plan.c \
-  'return fmax(j->compute_s + comm / fmax(buckets, 1), first_ready + comm);' 'return j->compute_s + comm;' test_unit_plan
+  'return fmax(j->compute_s + comm / fmax(buckets, 1), first_ready + comm);' \
+  'return fmax(j->compute_s + comm, first_ready + comm);' test_unit_plan
 mutant plan-diloco-round-not-hidden trainer/plan.c \
   'fmax(0, round_link - H * step)' 'round_link' test_unit_plan
 mutant plan-zero2-formula trainer/plan.c \

@@ -6,7 +6,8 @@
  *  - a config error is one line naming the file and the key; bottleneck blocks are refused;
  *  - save then load gives back every tensor bit for bit, num_batches_tracked included, and a missing tensor or a
  *    wrong shape is one line naming the file and tensor;
- *  - torchvision's init: conv std sqrt(2 / fan_out), BN 1/0, fc within 1/sqrt(in). */
+ *  - torchvision's init: conv std sqrt(2 / fan_out), BN 1/0, fc within 1/sqrt(in);
+ *  - a backend without image kernels (the CUDA one, for now) is refused in one line naming it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +117,17 @@ static void check_names_init_and_files(void) {
     tn_resnet_free(m), tn_resnet_free(m2);
 }
 
+static void check_backend_refusal(void) {
+    tn_backend nogpu = *tn_backend_cpu(); /* as the CUDA backend's table: no image kernels */
+    nogpu.name = "cuda", nogpu.image = NULL;
+    tn_resnet_config c = cfg_of("[2,2,2,2]", 8, 10);
+    tn_resnet *m = tn_resnet_create(&c, &nogpu);
+    const char *e = tn_errmsg();
+    CHECKF(m == NULL && strstr(e, "cuda backend has no image kernels") && !strchr(e, '\n'), "got '%s'", e);
+}
+
 int main(void) {
+    check_backend_refusal();
     check_counts("[2,2,2,2]", 1000, 11689512, 102, 9600);
     check_counts("[2,2,2,2]", 10, 11181642, 102, 9600);
     check_counts("[3,4,6,3]", 1000, 21797672, 182, 17024);
