@@ -16,12 +16,13 @@
 # Images (vision-language data): libjpeg-turbo, libpng, libwebp (the decoders Debian's PIL uses); python3-pil, the
 # reference the image tests compare against. Image classifiers: python3-torchvision (the ResNet reference of
 # bench/bench_resnet.py and test_image_train), libdnnl-dev (oneDNN, measured against tandem's convolutions: bench/bench_conv.sh).
+# qemu-user: test_isa_baseline runs what is carried to a GPU machine on an emulated Haswell (x86-64-v3).
 set -e
 PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libopenblas0-openmp libomp-dev \
 libyaml-dev libcjson-dev libpcre2-dev libutf8proc-dev clang libclang-rt-dev python3 python3-torch libjemalloc2 \
 openmpi-bin libopenmpi-dev libhwloc-dev iproute2 iperf3 libcairo2-dev fonts-dejavu-core protobuf-compiler python3-protobuf \
 python3-matplotlib libmicrohttpd-dev python3-nltk python3-jieba chromium libjpeg62-turbo-dev libpng-dev \
-libwebp-dev python3-pil python3-torchvision libdnnl-dev"
+libwebp-dev python3-pil python3-torchvision libdnnl-dev qemu-user"
 missing=""
 # npm packages, outside git, each folder in one npm command (npm removes what a later --no-save install does not
 # name): uPlot for the dashboard's charts into deps/; test-only tools into tests/: the official OpenAI client
