@@ -22,7 +22,6 @@
 #include "trainer/memory_check.h"
 #include "trainer/plan.h"
 
-#define LOCAL_BPS 5e9 /* shared-memory reduction inside a machine (memcpy-bound), bytes/s */
 
 typedef struct {
     const char *hostfile, *link, *model_config_path;
@@ -74,7 +73,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
 static int cluster_from_args(const plan_args *a, tn_plan_cluster *c, double *measured_at) {
     memset(c, 0, sizeof *c);
     c->machines = a->machines ? a->machines : 1, c->ranks_per_machine = a->ranks_per_machine ? a->ranks_per_machine : 1;
-    c->link_latency_s = a->latency_ms / 1e3, c->local_Bps = LOCAL_BPS;
+    c->link_latency_s = a->latency_ms / 1e3, c->local_Bps = TN_PLAN_LOCAL_BPS;
     *measured_at = 0;
     if (a->hostfile) {
         tn_hostfile hf;
@@ -95,7 +94,7 @@ static int cluster_from_args(const plan_args *a, tn_plan_cluster *c, double *mea
     if (a->local && tn_plan_parse_link("--local", a->local, &c->local_Bps) != 0) return -1;
     if (c->machines > 1 && c->link_Bps <= 0)
         return tn_err("%d machines need a link rate: --link 100mbit|1gbit|10gbit|BYTES/s", c->machines);
-    if (c->link_Bps <= 0) c->link_Bps = LOCAL_BPS;
+    if (c->link_Bps <= 0) c->link_Bps = TN_PLAN_LOCAL_BPS;
     return 0;
 }
 

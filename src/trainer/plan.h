@@ -26,6 +26,10 @@
 #include "config/train_config.h"
 #include "trainer/memory_check.h"
 
+/* A shared-memory reduction inside a machine (memcpy-bound), bytes/s: the in-machine rate when nothing better is
+ * given, and the "link" of a one-machine job. */
+#define TN_PLAN_LOCAL_BPS 5e9
+
 typedef enum {
     TN_PLAN_DDP,
     TN_PLAN_DDP_BF16,

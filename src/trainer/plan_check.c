@@ -10,7 +10,6 @@
 #include "trainer/memory_check.h"
 #include "trainer/plan.h"
 
-#define LOCAL_BPS 5e9
 
 /* The link as bench allreduce recorded it between these machines; 0 when never measured. */
 static double recorded_link(const tn_comm *comm, int world) {
@@ -62,8 +61,8 @@ void tn_plan_check(const tn_train_config *cfg, const tn_comm *comm, double step_
     free(path);
     if (rc != 0) return; /* a model family the plan does not know: nothing to say */
     tn_plan_cluster c = {.machines = in->n_nodes, .ranks_per_machine = in->local_size, .link_latency_s = 1e-4,
-                         .local_Bps = LOCAL_BPS};
-    c.link_Bps = in->n_nodes > 1 ? recorded_link(comm, in->size) : LOCAL_BPS;
+                         .local_Bps = TN_PLAN_LOCAL_BPS};
+    c.link_Bps = in->n_nodes > 1 ? recorded_link(comm, in->size) : TN_PLAN_LOCAL_BPS;
     if (c.link_Bps <= 0) {
         fprintf(out, "tandem: plan: %.3f s a step measured (%.3f s of it compute); the link between these machines "
                 "was never measured (`tandem bench allreduce` records it), so no prediction\n", step_s, compute_s);
