@@ -3,38 +3,96 @@
  * attention lives in cpu_attention.c beside the training kernels it shares code with.
  *
  * Decoding one token streams every weight through the core once, so its speed is the memory's: an sgemm of a
- * single row packs the weight matrix first (a second pass over it). linear_rows reads each weight row once and
- * takes its dot product with all M input rows while the row is in cache. */
+ * single row packs the weight matrix first (a second pass over it), and a loop that keeps the core busy per byte
+ * (one dependent add chain, an x load per weight load) lets the weight stream stall. linear_rows reads each
+ * weight once and takes its dot products with all M input rows while it is in a register: with one input row,
+ * four weight rows per pass (four independent accumulator chains, each x vector loaded once for the four); with
+ * M rows, one weight row against all M.
+ *
+ * Written with GCC's generic vector types (also Clang's), not intrinsics: the width follows the ISA the file is
+ * built for (16 floats with AVX-512, 8 with AVX, 4 on plain x86-64), so the same source is vectorised on every
+ * x86-64; loops of scalar arrays left the choice of vectorisation to GCC, which spilled the accumulators of the
+ * multi-row loops to the stack. Multiply-adds are contracted to FMA where the ISA has it (CMakeLists.txt). */
 #include "backend/cpu_kernels.h"
-#include "backend/vmath.h"
 
 #include <omp.h>
+#include <string.h>
 
 #define ROWS_MAX 8 /* beyond this many rows sgemm's blocking wins */
 
-/* y[m, n] = alpha (x[m] . W[n]) + beta y[m, n] for n in [n0, n1), MM rows of x; MM is a compile-time constant so
- * that the MM x TN_LANES accumulators live in vector registers. */
+#if defined(__AVX512F__)
+#define VL 16
+#elif defined(__AVX__)
+#define VL 8
+#else
+#define VL 4
+#endif
+typedef float vf __attribute__((vector_size(VL * sizeof(float))));
+
+static inline vf vload(const float *p) { /* unaligned: rows of x and W start anywhere */
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline float vsum(vf a) {
+    float s = 0.0f;
+    for (int k = 0; k < VL; k++) s += a[k];
+    return s;
+}
+
+static inline void store(float *out, float s, float alpha, float beta) {
+    *out = beta == 0.0f ? alpha * s : alpha * s + beta * *out;
+}
+
+/* y[n] = alpha (x . W[n]) + beta y[n] for n in [n0, n1), one input row: four weight rows a pass */
+static void rows1(float *y, const float *x, const float *W, int n0, int n1, int K, float alpha, float beta) {
+    const int KV = K - K % VL;
+    int n = n0;
+    for (; n + 4 <= n1; n += 4) {
+        const float *w0 = W + (size_t)n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+        vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int j = 0; j < KV; j += VL) {
+            vf xv = vload(x + j);
+            a0 += vload(w0 + j) * xv, a1 += vload(w1 + j) * xv;
+            a2 += vload(w2 + j) * xv, a3 += vload(w3 + j) * xv;
+        }
+        float s0 = vsum(a0), s1 = vsum(a1), s2 = vsum(a2), s3 = vsum(a3);
+        for (int j = KV; j < K; j++) s0 += w0[j] * x[j], s1 += w1[j] * x[j], s2 += w2[j] * x[j], s3 += w3[j] * x[j];
+        store(y + n, s0, alpha, beta), store(y + n + 1, s1, alpha, beta);
+        store(y + n + 2, s2, alpha, beta), store(y + n + 3, s3, alpha, beta);
+    }
+    for (; n < n1; n++) {
+        const float *w = W + (size_t)n * K;
+        vf a = {0};
+        for (int j = 0; j < KV; j += VL) a += vload(w + j) * vload(x + j);
+        float s = vsum(a);
+        for (int j = KV; j < K; j++) s += w[j] * x[j];
+        store(y + n, s, alpha, beta);
+    }
+}
+
+/* y[m, n] = alpha (x[m] . W[n]) + beta y[m, n] for n in [n0, n1), MM input rows (2..ROWS_MAX); MM is a
+ * compile-time constant so that the MM accumulators live in vector registers */
 #define DEFINE_ROWS(MM)                                                                                              \
     static void rows_##MM(float *y, int ldy, const float *x, int ldx, const float *W, int n0, int n1, int K,         \
                           float alpha, float beta) {                                                                \
+        const int KV = K - K % VL;                                                                                   \
         for (int n = n0; n < n1; n++) {                                                                              \
             const float *w = W + (size_t)n * K;                                                                      \
-            float acc[MM][TN_LANES] = {{0}}, tail[MM] = {0};                                                         \
-            int j = 0;                                                                                               \
-            for (; j + TN_LANES <= K; j += TN_LANES)                                                                 \
-                for (int m = 0; m < MM; m++)                                                                         \
-                    for (int k = 0; k < TN_LANES; k++) acc[m][k] += w[j + k] * x[(size_t)m * ldx + j + k];           \
-            for (; j < K; j++)                                                                                       \
-                for (int m = 0; m < MM; m++) tail[m] += w[j] * x[(size_t)m * ldx + j];                               \
+            vf acc[MM];                                                                                              \
+            for (int m = 0; m < MM; m++) acc[m] = (vf){0};                                                           \
+            for (int j = 0; j < KV; j += VL) {                                                                       \
+                vf wv = vload(w + j);                                                                                \
+                for (int m = 0; m < MM; m++) acc[m] += wv * vload(x + (size_t)m * ldx + j);                          \
+            }                                                                                                        \
             for (int m = 0; m < MM; m++) {                                                                           \
-                float s = tail[m];                                                                                   \
-                for (int k = 0; k < TN_LANES; k++) s += acc[m][k];                                                   \
-                float *out = y + (size_t)m * ldy + n;                                                                \
-                *out = beta == 0.0f ? alpha * s : alpha * s + beta * *out;                                           \
+                float s = vsum(acc[m]);                                                                              \
+                for (int j = KV; j < K; j++) s += w[j] * x[(size_t)m * ldx + j];                                     \
+                store(y + (size_t)m * ldy + n, s, alpha, beta);                                                      \
             }                                                                                                        \
         }                                                                                                            \
     }
-DEFINE_ROWS(1)
 DEFINE_ROWS(2)
 DEFINE_ROWS(3)
 DEFINE_ROWS(4)
@@ -44,7 +102,7 @@ DEFINE_ROWS(7)
 DEFINE_ROWS(8)
 
 typedef void (*rows_fn)(float *, int, const float *, int, const float *, int, int, int, float, float);
-static const rows_fn ROWS[ROWS_MAX + 1] = {NULL, rows_1, rows_2, rows_3, rows_4, rows_5, rows_6, rows_7, rows_8};
+static const rows_fn ROWS[ROWS_MAX + 1] = {NULL, NULL, rows_2, rows_3, rows_4, rows_5, rows_6, rows_7, rows_8};
 
 void tn_cpu_linear_rows(float *y, int ldy, const float *x, int ldx, const float *W, int N, int K, int M, float alpha,
                         float beta) {
@@ -53,13 +111,13 @@ void tn_cpu_linear_rows(float *y, int ldy, const float *x, int ldx, const float 
         tn_cpu_matmul(0, 1, M, N, K, alpha, x, ldx, W, K, beta, y, ldy);
         return;
     }
-    rows_fn f = ROWS[M];
     /* one contiguous band of W per thread: each streams its own part of memory */
 #pragma omp parallel if ((size_t)N * K > 32768)
     {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
         int n0 = (int)((int64_t)N * t / nt), n1 = (int)((int64_t)N * (t + 1) / nt);
-        f(y, ldy, x, ldx, W, n0, n1, K, alpha, beta);
+        if (M == 1) rows1(y, x, W, n0, n1, K, alpha, beta);
+        else ROWS[M](y, ldy, x, ldx, W, n0, n1, K, alpha, beta);
     }
 }
 

@@ -37,7 +37,7 @@ else
 fi
 
 # the generation and dashboard tests must pass unmutated too
-for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed \
+for t in test_unit_kv_generate test_unit_decode_kernels test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed \
   test_unit_sync_device test_unit_frozen_ranges test_unit_comm_shared_gpu test_unit_memory_check test_unit_ifname \
   test_unit_nonfinite test_unit_size_limits; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
@@ -112,6 +112,19 @@ mutant kv-attention-sees-the-future backend/cpu_attention.c \
   'float *p = P + (size_t)ii * nc, m = tn_max(p, nc);
                     float inv = 1.0f / causal_exp_row(p, nc - 1 + 0 * i, nc, m);
                     for (int j = 0; j < nc; j++) p[j] *= inv;' test_unit_kv_generate
+# the decode product (one weight stream per token): a row pass that reads a neighbour's weights, the multi-row
+# kernel's x rows at the wrong stride, the beta term dropped
+mutant decode-gemv-fourth-row-reads-the-third backend/cpu_decode.c \
+  'a2 += vload(w2 + j) * xv, a3 += vload(w3 + j) * xv;' 'a2 += vload(w2 + j) * xv, a3 += vload(w2 + j) * xv;' \
+  test_unit_decode_kernels
+mutant decode-gemv-x-rows-at-stride-k backend/cpu_decode.c \
+  'acc[m] += wv * vload(x + (size_t)m * ldx + j);' 'acc[m] += wv * vload(x + (size_t)m * K + j);' \
+  test_unit_decode_kernels
+mutant decode-gemv-beta-dropped backend/cpu_decode.c \
+  '*out = beta == 0.0f ? alpha * s : alpha * s + beta * *out;' '*out = alpha * s + 0.0f * beta;' test_unit_decode_kernels
+mutant decode-gemv-tail-dropped backend/cpu_decode.c \
+  'for (int j = KV; j < K; j++) s += w[j] * x[j];' 'for (int j = KV; j < K - 1; j++) s += w[j] * x[j];' \
+  test_unit_decode_kernels
 mutant kv-positions-restart-each-step model/kv_forward.c \
   'kv->host_pos[t] = kv->len[segs[i].slot] + j;' 'kv->host_pos[t] = j;' test_unit_kv_generate
 mutant kv-gqa-group-of-head-wrong backend/cpu_attention.c \
