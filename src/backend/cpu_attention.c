@@ -128,6 +128,47 @@ static int cached_runs(const float *const *k, const int32_t *pos, int T, int *st
     return n;
 }
 
+/* float dot product in TN_LANES partial sums (vectorised; the sgemm it replaces also sums in float) */
+static float dot_lanes(const float *a, const float *b, int n) {
+    float acc[TN_LANES] = {0}, s = 0.0f;
+    int j = 0;
+    for (; j + TN_LANES <= n; j += TN_LANES)
+        for (int k = 0; k < TN_LANES; k++) acc[k] += a[j + k] * b[j + k];
+    for (; j < n; j++) s += a[j] * b[j];
+    for (int k = 0; k < TN_LANES; k++) s += acc[k];
+    return s;
+}
+
+/* A decode row: query heads g0 rep .. g1 rep (kv groups [g0, g1)) of one new row against its sequence's n cached
+ * rows. q and out point at the row's head 0, K and V at the layer's cached row 0 (stride ldk, group g at g hd).
+ * Positions are scanned in order, each cached row read once for all the groups' heads: the row is 4 KiB for
+ * Qwen3-0.6B, so one group's 512 bytes of it at a time would touch a new page (a TLB miss) per row and per group,
+ * and an sgemm of one query row would pack K and V first. */
+static void attend_row(float *out, const float *q, int g0, int g1, int rep, const float *K, const float *V, int n,
+                       int ldk, int hd, float scale) {
+    const int nh = (g1 - g0) * rep, h0 = g0 * rep;
+    float *P = tn_cpu_thread_scratch(0, (size_t)nh * n); /* P[h - h0, j] = scale q_h . K[j, g(h)], then softmax */
+    for (int j = 0; j < n; j++) {
+        const float *kr = K + (size_t)j * ldk;
+        for (int h = h0; h < h0 + nh; h++)
+            P[(size_t)(h - h0) * n + j] = scale * dot_lanes(q + (size_t)h * hd, kr + (size_t)(h / rep) * hd, hd);
+    }
+    for (int i = 0; i < nh; i++) {
+        float *p = P + (size_t)i * n;
+        float inv = 1.0f / tn_exp_shift_sum(p, n, tn_max(p, n));
+        for (int j = 0; j < n; j++) p[j] *= inv;
+    }
+    memset(out + (size_t)h0 * hd, 0, (size_t)nh * hd * sizeof *out);
+    for (int j = 0; j < n; j++) { /* out_h += P[h, j] V[j, g(h)] */
+        const float *vr = V + (size_t)j * ldk;
+        for (int h = h0; h < h0 + nh; h++) {
+            const float *vg = vr + (size_t)(h / rep) * hd;
+            float w = P[(size_t)(h - h0) * n + j], *o = out + (size_t)h * hd;
+            for (int d = 0; d < hd; d++) o[d] += w * vg[d];
+        }
+    }
+}
+
 void tn_cpu_attention_cached(float *out, const float *q, int ldq, const float *const *k, const float *const *v,
                              const int32_t *pos, int T, int H, int KV, int hd) {
     if (T <= 0) return;
@@ -135,10 +176,18 @@ void tn_cpu_attention_cached(float *out, const float *q, int ldq, const float *c
     const float scale = 1.0f / sqrtf((float)hd);
     int *starts = tn_xmalloc(((size_t)T + 1) * sizeof *starts);
     int n_runs = cached_runs(k, pos, T, starts);
+    /* a decode row (a run of one) is split into nt blocks of gb groups, one task each; its other tasks are empty */
+    int nt = omp_get_max_threads() < KV ? omp_get_max_threads() : KV, gb = (KV + nt - 1) / nt;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int task = 0; task < n_runs * KV; task++) {
         int run = task / KV, g = task % KV, t0 = starts[run], t1 = starts[run + 1];
         const float *K = k[t0] + (size_t)g * hd, *V = v[t0] + (size_t)g * hd;
+        if (t1 - t0 == 1) { /* one new row of this sequence: keys 0..pos[t0] */
+            if (g % gb == 0)
+                attend_row(out + (size_t)t0 * ldo, q + (size_t)t0 * ldq, g, g + gb < KV ? g + gb : KV, rep, k[t0], v[t0],
+                           pos[t0] + 1, ldk, hd, scale);
+            continue;
+        }
         for (int h = g * rep; h < (g + 1) * rep; h++) {
             for (int b0 = t0; b0 < t1; b0 += ATT_BLOCK) {
                 int b1 = b0 + ATT_BLOCK < t1 ? b0 + ATT_BLOCK : t1, nr = b1 - b0, nc = pos[b1 - 1] + 1;

@@ -125,6 +125,12 @@ mutant decode-gemv-beta-dropped backend/cpu_decode.c \
 mutant decode-gemv-tail-dropped backend/cpu_decode.c \
   'for (int j = KV; j < K; j++) s += w[j] * x[j];' 'for (int j = KV; j < K - 1; j++) s += w[j] * x[j];' \
   test_unit_decode_kernels
+mutant kv-decode-row-misses-its-own-key backend/cpu_attention.c \
+  'pos[t0] + 1, ldk, hd, scale);' 'pos[t0], ldk, hd, scale);' test_unit_kv_generate
+mutant kv-decode-gqa-group-of-head-wrong backend/cpu_attention.c \
+  'const float *vg = vr + (size_t)(h / rep) * hd;' 'const float *vg = vr + (size_t)(h % rep) * hd;' test_unit_kv_generate
+mutant kv-decode-second-block-skipped backend/cpu_attention.c \
+  'if (g % gb == 0)' 'if (g == 0)' test_unit_kv_generate
 mutant kv-positions-restart-each-step model/kv_forward.c \
   'kv->host_pos[t] = kv->len[segs[i].slot] + j;' 'kv->host_pos[t] = j;' test_unit_kv_generate
 mutant kv-gqa-group-of-head-wrong backend/cpu_attention.c \
