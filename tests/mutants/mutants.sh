@@ -112,18 +112,20 @@ mutant kv-attention-sees-the-future backend/cpu_attention.c \
   'float *p = P + (size_t)ii * nc, m = tn_max(p, nc);
                     float inv = 1.0f / causal_exp_row(p, nc - 1 + 0 * i, nc, m);
                     for (int j = 0; j < nc; j++) p[j] *= inv;' test_unit_kv_generate
-# the decode product (one weight stream per token): a row pass that reads a neighbour's weights, the multi-row
-# kernel's x rows at the wrong stride, the beta term dropped
-mutant decode-gemv-fourth-row-reads-the-third backend/cpu_decode.c \
-  'a2 += vload(w2 + j) * xv, a3 += vload(w3 + j) * xv;' 'a2 += vload(w2 + j) * xv, a3 += vload(w2 + j) * xv;' \
+# the decode product (one weight stream per token): a chain reading the wrong weights or left out of the sum, the
+# scalar tail cut short, the multi-row kernel's x rows at the wrong stride, the beta term dropped
+mutant decode-gemv-fourth-chain-reads-the-third-vector backend/cpu_decode.c \
+  'a3 += vload(w + j + 3 * VL) * vload(x + j + 3 * VL);' 'a3 += vload(w + j + 2 * VL) * vload(x + j + 3 * VL);' \
   test_unit_decode_kernels
+mutant decode-gemv-fourth-chain-not-summed backend/cpu_decode.c \
+  'float s = vsum((a0 + a1) + (a2 + a3));' 'float s = vsum((a0 + a1) + a2);' test_unit_decode_kernels
 mutant decode-gemv-x-rows-at-stride-k backend/cpu_decode.c \
   'acc[m] += wv * vload(x + (size_t)m * ldx + j);' 'acc[m] += wv * vload(x + (size_t)m * K + j);' \
   test_unit_decode_kernels
 mutant decode-gemv-beta-dropped backend/cpu_decode.c \
   '*out = beta == 0.0f ? alpha * s : alpha * s + beta * *out;' '*out = alpha * s + 0.0f * beta;' test_unit_decode_kernels
 mutant decode-gemv-tail-dropped backend/cpu_decode.c \
-  'for (int j = KV; j < K; j++) s += w[j] * x[j];' 'for (int j = KV; j < K - 1; j++) s += w[j] * x[j];' \
+  'for (; j < K; j++) s += w[j] * x[j];' 'for (; j < K - 1; j++) s += w[j] * x[j];' \
   test_unit_decode_kernels
 mutant kv-decode-row-misses-its-own-key backend/cpu_attention.c \
   'pos[t0] + 1, ldk, hd, scale);' 'pos[t0], ldk, hd, scale);' test_unit_kv_generate

@@ -9,9 +9,9 @@
  * tail element, a row read with the wrong stride or a missing beta term each miss it by orders of magnitude (the
  * data are O(1) with mixed signs, so one term of sum |w x| is ~1/K of the bound's scale but ~K u^-1 times it).
  *
- * Shapes: M = 1 (the four-rows-a-pass kernel), 2..8 (one weight row against all M), 9 (sgemm); K below, at and
- * past a vector width, with tails; N not a multiple of 4 (the single-row remainder), and large enough to split
- * across threads; ldx > K and ldy > N, whose padding must stay untouched; beta = 0 must not read y (NaN there). */
+ * Shapes: M = 1 (four accumulator chains along each weight row), 2..8 (one weight row against all M), 9 (sgemm);
+ * K below, at and past one and four vector widths, with tails; odd N, and N large enough to split across threads;
+ * ldx > K and ldy > N, whose padding must stay untouched; beta = 0 must not read y (NaN there). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
