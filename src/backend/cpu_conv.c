@@ -44,6 +44,11 @@ static int live_taps(const tn_conv_shape *s, int *taps) {
     return n;
 }
 
+int tn_cpu_conv_has_dead_taps(const tn_conv_shape *s) {
+    int taps[TN_CONV_MAX_TAPS];
+    return live_taps(s, taps) < s->KH * s->KW;
+}
+
 /* wg [OC, C*nt] = the live taps' columns of w [OC, C, KH*KW] */
 static void gather_weights(float *wg, const float *w, const tn_conv_shape *s, const int *taps, int nt) {
     const int K2 = s->KH * s->KW;

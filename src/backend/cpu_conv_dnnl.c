@@ -5,6 +5,10 @@
  * plain layouts oneDNN falls back to reference loops; on its own layouts it is 2.8-5.5x faster per convolution than
  * im2col + GEMM (cpu_conv.c; docs/image_classification.md).
  *
+ * Shapes where some kernel tap only ever reads padding (3x3 pad 1 on a 1x1 or 2x2/2 map: ResNet's last stage on
+ * CIFAR input) run on im2col + GEMM instead, which leaves those taps out where oneDNN computes them (bench_conv: 2x
+ * faster there).
+ *
  * Primitives and reorders are made once per shape and kept (a small cache keyed by tn_conv_shape); the blocked
  * copies live in one arena that grows to the largest call's need (calls run one at a time on the backend).
  * Algorithm: direct only (no Winograd), fp32 throughout (oneDNN's default fpmath mode: no bf16/tf32 down-
@@ -226,7 +230,10 @@ static void run(dnnl_primitive_t prim, int n, dnnl_exec_arg_t *a, const tn_conv_
 }
 
 void tn_cpu_conv2d_forward(float *y, const float *x, const float *w, const tn_conv_shape *s, float *scratch) {
-    (void)scratch;
+    if (tn_cpu_conv_has_dead_taps(s)) {
+        tn_cpu_conv2d_gemm_forward(y, x, w, s, scratch);
+        return;
+    }
     pthread_mutex_lock(&C.lock);
     conv_entry *e = entry_get(s);
     port_in(&e->f_src, x, s), port_in(&e->f_w, w, s), port_out_prepare(&e->f_dst, y, s);
@@ -240,7 +247,10 @@ void tn_cpu_conv2d_forward(float *y, const float *x, const float *w, const tn_co
 
 void tn_cpu_conv2d_backward(float *dx, int accumulate_dx, float *dw, const float *dy, const float *x, const float *w,
                             const tn_conv_shape *s, float *scratch) {
-    (void)scratch;
+    if (tn_cpu_conv_has_dead_taps(s)) {
+        tn_cpu_conv2d_gemm_backward(dx, accumulate_dx, dw, dy, x, w, s, scratch);
+        return;
+    }
     pthread_mutex_lock(&C.lock);
     conv_entry *e = entry_get(s);
     port_in(&e->d_dst, dy, s);
@@ -264,8 +274,7 @@ void tn_cpu_conv2d_backward(float *dx, int accumulate_dx, float *dw, const float
     pthread_mutex_unlock(&C.lock);
 }
 
-/* oneDNN keeps its own layouts (the arena above): the model's scratch is not needed */
+/* oneDNN keeps its own layouts (the arena above): the model's scratch is only for the shapes im2col runs */
 size_t tn_conv_scratch_floats(const tn_conv_shape *s) {
-    (void)s;
-    return 0;
+    return tn_cpu_conv_has_dead_taps(s) ? tn_cpu_conv_gemm_scratch_floats(s) : 0;
 }

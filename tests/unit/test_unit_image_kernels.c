@@ -39,9 +39,9 @@ static double at(const float *x, const tn_conv_shape *s, int c, int n, int h, in
     return x[(((size_t)c * s->N + n) * s->H + h) * s->W + w];
 }
 
-/* a convolution implementation under test: the backend's table (oneDNN: its summation order is its own, so the
- * input gradient is held to the any-order bound over all OC K^2 products) or tandem's im2col + GEMM (cpu_conv.c:
- * OC-long GEMM sums, then at most K^2 taps added by col2im) */
+/* a convolution implementation under test: the backend's table (oneDNN, whose summation order is its own, so the
+ * input gradient is held to the any-order bound over all OC K^2 products; shapes with dead taps go to im2col there)
+ * or tandem's im2col + GEMM (cpu_conv.c: OC-long GEMM sums, then at most K^2 taps added by col2im) */
 typedef struct {
     const char *name;
     void (*fwd)(float *, const float *, const float *, const tn_conv_shape *, float *);
@@ -370,7 +370,7 @@ int main(void) {
     if (!ik) return tl_done("test_unit_image_kernels");
     tn_rng_seed(&rng, 30);
     const conv_impl impls[] = {
-        {"oneDNN (the backend's)", ik->conv2d_forward, ik->conv2d_backward, tn_conv_scratch_floats, 1},
+        {"backend (oneDNN; im2col where taps are dead)", ik->conv2d_forward, ik->conv2d_backward, tn_conv_scratch_floats, 1},
         {"im2col + GEMM", tn_cpu_conv2d_gemm_forward, tn_cpu_conv2d_gemm_backward, tn_cpu_conv_gemm_scratch_floats, 0}};
     for (int k = 0; k < 2; k++) {
         impl = &impls[k];
