@@ -184,6 +184,10 @@ mutant conv-im2col-padding-off-by-one backend/cpu_conv.c 'int h = oh * s->stride
                 float *row' test_unit_image_kernels
 mutant conv-onednn-weight-gradient-overwritten backend/cpu_conv_dnnl.c 'port_out(&e->w_dw, 1, s);' \
   'port_out(&e->w_dw, 0, s);' test_unit_image_kernels
+mutant image-ckpt-prune-keeps-one-more trainer/image_ckpt.c 'if (complete && kept < limit) kept++;' \
+  'if (complete && kept <= limit) kept++;' test_unit_image_ckpt
+mutant image-ckpt-prune-removes-newer-incomplete trainer/image_ckpt.c 'else if (kept >= 1) rc = rm_ckpt(dir);' \
+  'else rc = rm_ckpt(dir);' test_unit_image_ckpt
 mutant syncbn-running-var-local-count backend/cpu_image.c 'float unbiased = n > 1 ? (float)(var * n / (n - 1)) : (float)var;' \
   'float unbiased = M > 1 ? (float)(var * M / (M - 1)) : (float)var;' test_unit_image_kernels
 mutant syncbn-dgamma-from-global-sums backend/cpu_image.c '        dgamma[c] += (float)sdyx;
