@@ -308,7 +308,7 @@ static int train(image_job *j) {
         for (int b = step % steps_per_epoch; rc == 0 && b < steps_per_epoch && step < total; b++) {
             int64_t start = (int64_t)b * G;
             int gsize = (int)(n - start < G ? n - start : G);
-            double lr = tn_lr_at(c->lr_scheduler_type, c->learning_rate, step, warmup, total), loss = 0;
+            double lr = tn_lr_for(c, step, warmup, total), loss = 0;
             rc = train_step(j, perm, start, gsize, epoch, &loss);
             if (rc) break;
             double gn = grad_clip(j);

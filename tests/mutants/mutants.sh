@@ -188,6 +188,8 @@ mutant image-ckpt-prune-keeps-one-more trainer/image_ckpt.c 'if (complete && kep
   'if (complete && kept <= limit) kept++;' test_unit_image_ckpt
 mutant image-ckpt-prune-removes-newer-incomplete trainer/image_ckpt.c 'else if (kept >= 1) rc = rm_ckpt(dir);' \
   'else rc = rm_ckpt(dir);' test_unit_image_ckpt
+mutant step-lr-ignores-warmup config/schedule.c 'pow(gamma, (double)((step - warmup_steps) /' 'pow(gamma, (double)(step /' \
+  test_unit_schedule
 mutant syncbn-running-var-local-count backend/cpu_image.c 'float unbiased = n > 1 ? (float)(var * n / (n - 1)) : (float)var;' \
   'float unbiased = M > 1 ? (float)(var * M / (M - 1)) : (float)var;' test_unit_image_kernels
 mutant syncbn-dgamma-from-global-sums backend/cpu_image.c '        dgamma[c] += (float)sdyx;
