@@ -643,6 +643,8 @@ static void fill_table(tn_backend *b) {
     b->swiglu_forward = cu_swiglu_forward;
     b->swiglu_backward = cu_swiglu_backward;
     b->cross_entropy = cu_cross_entropy;
+    b->cross_entropy_add = cu_cross_entropy_add;
+    b->cross_entropy_total = cu_cross_entropy_total;
     b->dropout = cu_dropout;
     b->sumsq = cu_sumsq;
     b->scale = cuda_scale;
