@@ -254,6 +254,7 @@ static int deep_slot(const tn_vision_config *v, int b) {
 
 int tn_vision_forward(tn_model *m, tn_vision_acts *va, const tn_mm_batch *mm, float **out, float ***deep) {
     const tn_vision_config *v = &m->cfg.vis;
+    double t0 = tn_now();
     tn_vision_prepare(m, va, mm);
     int N = va->N, E = v->E;
     /* patch embedding: a Conv3d with stride = kernel over one patch is pv [N, P] W^T [P, E] (+ b) */
@@ -276,13 +277,14 @@ int tn_vision_forward(tn_model *m, tn_vision_acts *va, const tn_mm_batch *mm, fl
     for (int k = 0; k < v->n_deep; k++) va->deep_out[k] = va->deep[k].out;
     *out = va->img;
     *deep = va->deep_out;
+    va->fwd_s += tn_now() - t0;
     return va->M;
 }
 
-void tn_vision_backward(tn_model *m, tn_vision_acts *va, const float *dout, float *const *ddeep) {
+/* the tower's gradients from d(out), some vision tensor training */
+static void vision_backward(tn_model *m, tn_vision_acts *va, const float *dout, float *const *ddeep) {
     const tn_vision_config *v = &m->cfg.vis;
     const tn_vision_tensors *dw = m->dvw;
-    if (!dw->any) return;
     int N = va->N, E = v->E, tower = dw->patch_w != NULL;
     tn_vision_to_windows_merged(m, va, va->dimg, dout);
     memset(va->dx, 0, (size_t)N * E * sizeof *va->dx);
@@ -302,6 +304,17 @@ void tn_vision_backward(tn_model *m, tn_vision_acts *va, const float *dout, floa
     if (dw->pos) tn_vision_pos_embed_backward(m, va, va->dx);
     tn_vlinear_backward(m, NULL, dw->patch_w, dw->patch_b, va->dx, va->mm->pixel_values, m->vw->patch_w, N,
                         va->mm->patch_dim, E, 0.0f);
+}
+
+void tn_vision_backward(tn_model *m, tn_vision_acts *va, const float *dout, float *const *ddeep) {
+    if (!m->dvw->any) return;
+    double t0 = tn_now();
+    vision_backward(m, va, dout, ddeep);
+    va->bwd_s += tn_now() - t0;
+}
+
+void tn_vision_seconds(const tn_vision_acts *va, double *fwd_s, double *bwd_s) {
+    *fwd_s = va ? va->fwd_s : 0, *bwd_s = va ? va->bwd_s : 0;
 }
 
 const float *tn_vision_intermediate(const tn_vision_acts *va, const char *name, int *rows, int *cols) {

@@ -41,6 +41,7 @@ struct tn_vision_acts {
     int32_t *pidx;           /* [N, 4] Qwen3-VL: position-grid rows of each patch */
     float *pwt;              /* [N, 4] and their bilinear weights */
     const tn_mm_batch *mm;   /* borrowed for the pass */
+    double fwd_s, bwd_s;     /* seconds spent in forward / backward since creation (bench vl's share) */
 };
 
 /* vision.c */
