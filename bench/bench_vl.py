@@ -22,6 +22,7 @@ import json
 import os
 import shlex
 import statistics
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -99,6 +100,17 @@ print(json.dumps(dict(impl="pytorch", config=cfg_path, mode="full" if full else 
                       params=sum(p.numel() for p in model.parameters()), trainable=sum(p.numel() for p in params),
                       env=bench_ref.env_info())), flush=True)
 """
+
+
+def openblas_core(tandem):
+    """The GEMM kernel OpenBLAS picked (tandem env), and OPENBLAS_CORETYPE when set: on a VM that hides the CPU
+    model OpenBLAS 0.3.21 may fall back to Prescott (SSE3) on an AVX-512 CPU, 10x and more below its peak."""
+    try:
+        out = subprocess.run([tandem, "env"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    core = next((l.split("|", 1)[1].strip() for l in out.splitlines() if "OpenBLAS core type" in l), "?")
+    return core
 
 
 def measure(impl, a, ref_dir, cfg):
@@ -190,8 +202,8 @@ def main():
         return 1
     t0, p0 = pairs[0]
     print(f"Command: `{command}`  ")
-    print(f"CPU: {cpu_model()} ({os.cpu_count()} CPUs); load average {load0[0]:.2f} before, {load1[0]:.2f} after; "
-          f"tandem {git_rev()}  ")
+    print(f"CPU: {cpu_model()} ({os.cpu_count()} CPUs); OpenBLAS core type {openblas_core(a.tandem)} (both sides load "
+          f"the same libopenblas); load average {load0[0]:.2f} before, {load1[0]:.2f} after; tandem {git_rev()}  ")
     print(f"Model: {os.path.basename(cfg)} ({t0['params'] / 1e6:.1f} M parameters, {t0['mode']}: "
           f"{t0['trainable'] / 1e6:.2f} M trainable in tandem, {p0['trainable'] / 1e6:.2f} M in PyTorch); "
           f"batch {a.batch} x {a.seq} tokens, {t0['images']} image(s) of {a.image_size}x{a.image_size} "
