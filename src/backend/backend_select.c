@@ -1,5 +1,6 @@
 /* backend_select.c -- which backend a run computes on: the CPU, or (in a build with CUDA) one GPU per rank. */
 #include "backend/backend.h"
+#include "backend/backend_profile.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -44,7 +45,15 @@ double tn_backend_gpu_memory(int ordinal) {
 #endif
 }
 
+static const tn_backend *choose(const char *device, int bf16, int local_rank);
+
+/* TANDEM_PROFILE=1: the chosen backend with every call timed (backend_profile.h) */
 const tn_backend *tn_backend_select(const char *device, int bf16, int local_rank) {
+    const tn_backend *be = choose(device, bf16, local_rank);
+    return be && tn_backend_profile_wanted() ? tn_backend_profiled(be) : be;
+}
+
+static const tn_backend *choose(const char *device, int bf16, int local_rank) {
     int want_cuda = strcmp(device, "cuda") == 0, want_cpu = strcmp(device, "cpu") == 0;
     if (!want_cuda && !want_cpu && strcmp(device, "auto") != 0) {
         tn_err("device '%s' is not known (expected auto, cpu or cuda)", device);
@@ -73,7 +82,8 @@ int tn_backend_attach_comm(const tn_backend *be, tn_comm *c, char *note, size_t 
     if (strcmp(be->name, "cuda") == 0) {
         tn_comm_device d = {.name = "cuda", .owns = tn_cuda_owns, .to_host = tn_cuda_to_host,
                             .to_device = tn_cuda_to_device, .queue = tn_cuda_stream(), .device = tn_cuda_device(),
-                            .written = tn_cuda_device_written};
+                            .written = tn_cuda_device_written, .to_host_async = tn_cuda_to_host_async,
+                            .copied = tn_cuda_copied, .host_alloc = tn_cuda_host_alloc, .host_free = tn_cuda_host_free};
         if (tn_cuda_pci_bus_id(d.device, d.bus_id, (int)sizeof d.bus_id) != 0) d.bus_id[0] = 0; /* ordinal only */
         return tn_comm_attach_device(c, &d, note, note_size);
     }

@@ -30,9 +30,29 @@ printf '%s\n' "========= COMPUTE-SANITIZER" "tandem: step 1/1" >"$T/cut"
 check '! sanitizer_refused "$T/clean" >/dev/null'
 check '! sanitizer_refused "$T/errors" >/dev/null'
 check '! sanitizer_refused "$T/cut" >/dev/null'
+# racecheck ends with its own summary (a run, not a refusal); races only in cuBLASLt's kernels are told apart from
+# one in a tandem kernel, a memcheck finding in a library kernel, and a racecheck cut short
+printf '%s\n' "========= COMPUTE-SANITIZER" \
+  "========= Error: Race reported between Read access at nvjet_sm90_tss_64x24_64x16_1x2_h_bz_splitK_NNT+0xb20" \
+  "=========     and Write access at nvjet_sm90_tss_64x24_64x16_1x2_h_bz_splitK_NNT+0xc40 [128 hazards]" \
+  "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)" >"$T/race_lib"
+sed 's/and Write access at nvjet_sm90_tss_64x24_64x16_1x2_h_bz_splitK_NNT+0xc40/and Write access at k_att_fwd(float const*, int)+0x90/' \
+  "$T/race_lib" >"$T/race_ours"
+grep -v SUMMARY "$T/race_lib" >"$T/race_cut"
+printf '%s\n' "========= Invalid __global__ read of size 16 bytes" "=========     at nvjet_sm90_tss_64x24+0x1d0" \
+  "========= ERROR SUMMARY: 1 error" >"$T/mem_lib"
+printf '%s\n' "========= COMPUTE-SANITIZER" "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)" >"$T/race_clean"
+check '! sanitizer_refused "$T/race_lib" >/dev/null && ! sanitizer_refused "$T/race_ours" >/dev/null'
+check '! sanitizer_refused "$T/race_clean" >/dev/null && ! sanitizer_refused "$T/race_cut" >/dev/null'
+check 'libs=$(sanitizer_foreign_races "$T/race_lib") && [ "$libs" = "nvjet_sm90_tss_64x24_64x16_1x2_h_bz_splitK_NNT" ]'
+check '! sanitizer_foreign_races "$T/race_ours" >/dev/null'
+check '! sanitizer_foreign_races "$T/race_cut" >/dev/null && ! sanitizer_foreign_races "$T/mem_lib" >/dev/null'
+check '! sanitizer_foreign_races "$T/race_clean" >/dev/null && ! sanitizer_foreign_races "$T/errors" >/dev/null'
+check '[ "$(sanitizer_kernels "$T/race_ours" | tr "\n" " ")" = "k_att_fwd nvjet_sm90_tss_64x24_64x16_1x2_h_bz_splitK_NNT " ]'
 # the sanitizer test uses both (and skips, 77, rather than fails where it is missing or refused)
 S=$ROOT/tests/gpu/test_gpu_sanitizer.sh
 check 'grep -q "sanitizer_refused" "$S" && grep -q "find_sanitizer" "$S" && grep -q "exit 77" "$S"'
+check 'grep -q "sanitizer_foreign_races" "$S"'
 check 'sh -n "$S" && sh -n "$ROOT/tests/gpu/test_gpu_train.sh" && sh -n "$ROOT/scripts/gpu_verify.sh"'
 echo "test_gpu_scripts: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]

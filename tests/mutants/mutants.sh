@@ -39,7 +39,7 @@ fi
 # the generation and dashboard tests must pass unmutated too
 for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed \
   test_unit_sync_device test_unit_frozen_ranges test_unit_comm_shared_gpu test_unit_memory_check test_unit_ifname \
-  test_unit_nonfinite test_unit_size_limits; do
+  test_unit_nonfinite test_unit_size_limits test_unit_backend_profile; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -78,6 +78,18 @@ mutant adamw-eps-inside-sqrt backend/cpu_backend.c \
 mutant weight-decay-on-norm-weights model/model.c \
   'p->decay = ndim >= 2;' \
   'p->decay = ndim >= 2 || strstr(p->name, "norm") != NULL;'
+mutant profiled-matmul-drops-beta backend/backend_profile.c \
+  'g_inner->matmul(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);' \
+  'g_inner->matmul(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta * 0 + 1.0f, C, ldc);' test_unit_backend_profile
+mutant profiled-call-counted-twice backend/backend_profile.c \
+  'g_calls[op]++;' \
+  'g_calls[op] += 2;' test_unit_backend_profile
+mutant loss-total-not-cleared-after-read backend/cpu_backend.c \
+  'g_ce_loss = 0.0, g_ce_count = 0;' \
+  'g_ce_count = 0;'
+mutant loss-total-count-not-cleared-after-read backend/cpu_backend.c \
+  'g_ce_loss = 0.0, g_ce_count = 0;' \
+  'g_ce_loss = 0.0;'
 mutant rope-theta-1pct-off model/model_forward.c \
   'pow(m->cfg.rope_theta, ' \
   'pow(m->cfg.rope_theta * 1.01, '
