@@ -287,7 +287,7 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     st->seen = (int64_t)counts[1];
     st->comm_wait = tn_grad_sync_get_stats(t->sync)->wait_s;
     st->loss = targets > 0 ? counts[2] / (double)targets : 0.0;
-    st->lr = tn_lr_at(t->cfg->lr_scheduler_type, t->cfg->learning_rate, t->step, t->warmup_steps, t->total_steps);
+    st->lr = tn_lr_for(t->cfg, t->step, t->warmup_steps, t->total_steps);
     /* the summed gradients are bit-identical on every rank (DiLoCo: of the machine), so the norm, the skip
      * decision and the update are too (sharded: every rank adds the shards' sums of squares in the same order) */
     if (!t->zero) st->grad_norm = tn_clip_grad_norm(m, t->cfg->max_grad_norm);
@@ -332,7 +332,7 @@ int tn_trainer_next_logged(tn_trainer *t, tn_step_stats *st) {
     st->tokens = (int64_t)d.tokens, st->seen = (int64_t)d.seen;
     st->loss = d.tokens > 0 ? d.loss_sum / d.tokens : 0.0;
     st->grad_norm = d.grad_norm;
-    st->lr = tn_lr_at(t->cfg->lr_scheduler_type, t->cfg->learning_rate, d.step - 1, t->warmup_steps, t->total_steps);
+    st->lr = tn_lr_for(t->cfg, d.step - 1, t->warmup_steps, t->total_steps);
     return 1;
 }
 
