@@ -26,7 +26,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_train import REPO, ForeignLoad, cpu_model, git_rev, last_json, run_child, wait_quiet  # noqa: E402
+from bench_train import REPO, cpu_model, git_rev, last_json, run_child, wait_quiet  # noqa: E402
 
 # Runs inside ../shared/ref (run.sh cd's there).  argv: CONFIG THREADS WARMUP STEPS B S K PX FULL RANK
 TORCH_CHILD = r"""
