@@ -145,10 +145,10 @@ static int bench_train(int argc, char **argv) {
     if (comm && in->size == 1) stage = 0, inner = 0;
     if (stage && (inner || codec)) return tn_err("bench train: --zero goes with neither --diloco nor --compress");
     if (!comm || in->n_nodes == 1) codec = TN_CODEC_FP32; /* nothing crosses between machines */
-    int mode = stage == 0 ? TN_SYNC_ALLREDUCE : stage == 1 ? TN_SYNC_REDUCE_SCATTER : TN_SYNC_REDUCE_SCATTER_RELEASE;
+    tn_grad_mode mode = stage == 0 ? TN_GRAD_ALLREDUCE : stage == 1 ? TN_GRAD_REDUCE_SCATTER : TN_GRAD_REDUCE_SCATTER_RELEASE;
     size_t bucket = (size_t)(bucket_mb * 1048576.0);
     tn_grad_sync *sync = !comm    ? NULL
-                         : inner  ? tn_grad_sync_create(comm, m, bucket, TN_SYNC_LOCAL)
+                         : inner  ? tn_grad_sync_create(comm, m, bucket, TN_GRAD_LOCAL)
                          : codec  ? tn_grad_sync_create_compressed(comm, m, bucket, codec)
                                   : tn_grad_sync_create(comm, m, bucket, mode);
     if (comm && !sync) return -1;
@@ -186,10 +186,10 @@ static int bench_train(int argc, char **argv) {
         if (sync && tn_grad_sync_finish(sync) != 0) return -1;
         double t2 = tn_now();
         double norm;
-        if (z) tn_zero_clip(z, 0, &norm);
-        else tn_clip_grad_norm(m, 0);
+        if (z && tn_zero_clip(z, 0, &norm) != 0) return -1;
+        if (!z) tn_clip_grad_norm(m, 0);
         tn_adamw_step(o, m, &h, 1e-4);
-        if (z) tn_zero_after_update(z);
+        if (z && tn_zero_after_update(z) != 0) return -1;
         m->be->sync(); /* a GPU's queued kernels belong to this step's time */
         double t3 = tn_now();
         if (dl) { /* steady state: no final synchronous round */

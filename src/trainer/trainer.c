@@ -68,10 +68,10 @@ tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const
     int codec = comm && tn_comm_get_info(comm)->n_nodes > 1 ? cfg->comm_compression : TN_CODEC_FP32;
     size_t bucket = (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0);
     tn_grad_sync *sync;
-    if (diloco) sync = tn_grad_sync_create(comm, model, bucket, TN_SYNC_LOCAL);
+    if (diloco) sync = tn_grad_sync_create(comm, model, bucket, TN_GRAD_LOCAL);
     else if (stage == 0 && codec != TN_CODEC_FP32) sync = tn_grad_sync_create_compressed(comm, model, bucket, codec);
-    else sync = tn_grad_sync_create(comm, model, bucket, stage == 0 ? TN_SYNC_ALLREDUCE : stage == 1 ? TN_SYNC_REDUCE_SCATTER
-                                                                                         : TN_SYNC_REDUCE_SCATTER_RELEASE);
+    else sync = tn_grad_sync_create(comm, model, bucket, stage == 0 ? TN_GRAD_ALLREDUCE : stage == 1 ? TN_GRAD_REDUCE_SCATTER
+                                                                                         : TN_GRAD_REDUCE_SCATTER_RELEASE);
     if (!sync) return NULL;
     tn_diloco *dl = NULL;
     if (diloco) {
@@ -291,7 +291,8 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     /* the summed gradients are bit-identical on every rank (DiLoCo: of the machine), so the norm, the skip
      * decision and the update are too (sharded: every rank adds the shards' sums of squares in the same order) */
     if (!t->zero) st->grad_norm = tn_clip_grad_norm(m, t->cfg->max_grad_norm);
-    else if (tn_zero_clip(t->zero, t->cfg->max_grad_norm, &st->grad_norm) != 0) return -2;
+    else if (tn_zero_clip(t->zero, t->cfg->max_grad_norm, &st->grad_norm) != 0)
+        return tn_err("step %d: %s", t->step + 1, tn_errmsg()), -2;
     double t1 = tn_now();
     int rc = 0;
     if (!isfinite(st->loss) || !isfinite(st->grad_norm)) {
@@ -303,8 +304,8 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
                               .eps = t->cfg->adam_epsilon,
                               .weight_decay = t->cfg->weight_decay};
         tn_adamw_step(t->opt, m, &h, st->lr);
-        if (t->zero) tn_zero_after_update(t->zero);
         t->step++;
+        if (t->zero && tn_zero_after_update(t->zero) != 0) return tn_err("step %d: %s", t->step, tn_errmsg()), -2;
     }
     lap(&mark, &tm.optimizer); /* with the norm's clipping above */
     if (t->balance) { /* batch assembly, clipping and the optimizer; forward and backward per sample */
@@ -440,6 +441,10 @@ double tn_trainer_eval(tn_trainer *t, const tn_dataset *eval) {
     if (t->diloco) tn_diloco_swap(t->diloco);
     if (t->world > 1 && tn_comm_allreduce_f64(t->comm, sums, 2) != 0) {
         tn_err("evaluation all-reduce failed: %s", tn_errmsg());
+        return NAN;
+    }
+    if (t->zero && tn_zero_status(t->zero) != 0) { /* after the collective: no rank is left waiting in it */
+        tn_err("evaluation: %s", tn_errmsg());
         return NAN;
     }
     return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
