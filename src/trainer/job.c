@@ -753,7 +753,8 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     if (rc == 0) rc = agree(comm, m ? 0 : -1);
     tn_trainer *t = NULL;
     if (rc == 0) {
-        t = tn_trainer_create(cfg, m, &train, comm);
+        tn_test_hooks hooks = tn_test_hooks_from_env(); /* the one place the tests' faults are read */
+        t = tn_trainer_create(cfg, m, &train, comm, &hooks);
         rc = agree(comm, t ? 0 : -1);
     }
     /* resume on rank 0 (only it needs to see output_dir), then every rank takes rank 0's state */

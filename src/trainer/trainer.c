@@ -59,7 +59,8 @@ static int set_images(tn_trainer *t, const tn_mm_batch *mb) {
     return tn_acts_set_images(t->acts, mb, err, sizeof err) == 0 ? 0 : tn_err("%s", err);
 }
 
-tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const tn_dataset *data, tn_comm *comm) {
+tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const tn_dataset *data, tn_comm *comm,
+                              const tn_test_hooks *hooks) {
     int world = comm ? tn_comm_get_info(comm)->size : 1;
     int stage = world > 1 && cfg->zero_stage > 0 && model->n_trainable > 0 ? cfg->zero_stage : 0;
     if (check_modes(cfg, world, stage) != 0) return NULL;
@@ -123,11 +124,7 @@ tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const
     t->labels = tn_xmalloc(n * sizeof *t->labels);
     t->lens = tn_xmalloc((size_t)micro * sizeof *t->lens);
     t->rows = tn_xmalloc((size_t)micro * sizeof *t->rows);
-    const char *fault = getenv("TANDEM_FAULT_NAN_STEPS");
-    if (fault && sscanf(fault, "%d-%d", &t->fault_nan_from, &t->fault_nan_to) == 1) t->fault_nan_to = t->fault_nan_from;
-    const char *slow = getenv("TANDEM_FAULT_SLOW");
-    t->slow_rank = -1;
-    if (slow && sscanf(slow, "%d:%d:%lf", &t->slow_rank, &t->slow_from, &t->slow_factor) != 3) t->slow_rank = -1;
+    t->hooks = hooks ? *hooks : tn_test_hooks_none();
     return t;
 }
 
@@ -162,11 +159,12 @@ static int sum_f64(tn_trainer *t, double *v, size_t n) {
     return t->diloco ? tn_comm_allreduce_f64_local(t->comm, v, n) : tn_comm_allreduce_f64(t->comm, v, n);
 }
 
-/* $TANDEM_FAULT_SLOW: this rank is made `factor` times slower: before each micro-batch it sleeps (factor - 1)
- * times what the previous one computed, so its gradients come late as a slow processor's would. */
+/* test_hooks.h's slowdown: this rank is made `factor` times slower: before each micro-batch it sleeps
+ * (factor - 1) times what the previous one computed, so its gradients come late as a slow processor's would. */
 static void fault_slow(const tn_trainer *t, double worked) {
-    if (t->rank != t->slow_rank || t->step + 1 < t->slow_from || t->slow_factor <= 1) return;
-    double s = worked * (t->slow_factor - 1);
+    double factor = tn_test_hooks_slow(&t->hooks, t->rank, t->step + 1);
+    if (factor <= 1) return;
+    double s = worked * (factor - 1);
     struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
     nanosleep(&ts, NULL);
 }
@@ -258,7 +256,7 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
 
     /* stages 2-3: released, the slab reads as zeros and holds no memory until backward writes it */
     (t->zero_stage >= 2 ? m->be->release : m->be->zero)(m->grad, m->n_trainable);
-    if (t->rank == 0 && t->step + 1 >= t->fault_nan_from && t->step + 1 <= t->fault_nan_to && m->n_trainable)
+    if (tn_test_hooks_nan(&t->hooks, t->rank, t->step + 1) && m->n_trainable)
         m->be->upload(m->grad + m->n_trainable - 1, &(float){NAN}, 1); /* backward accumulates onto it */
     double loss = 0.0, fb = 0.0;
     int64_t counted = 0;
@@ -274,7 +272,7 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
         loss += tn_model_forward_backward(m, t->acts, t->ids + a * per_micro, t->labels + a * per_micro, t->rows[a],
                                           t->lens[a], scale, &counted, seed);
         fb += tn_now() - f0;
-        t->slow_last = (tn_now() - f0) / (t->rank == t->slow_rank && t->step + 1 >= t->slow_from ? t->slow_factor : 1);
+        t->slow_last = (tn_now() - f0) / tn_test_hooks_slow(&t->hooks, t->rank, t->step + 1);
         if (t->comm) tn_comm_heartbeat(t->comm); /* this rank is making progress (dead-peer watchdog) */
     }
     lap(&mark, &tm.compute);

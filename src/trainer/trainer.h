@@ -22,12 +22,13 @@
 #include "model/model.h"
 #include "trainer/optimizer.h"
 #include "trainer/sync_state.h"
+#include "trainer/test_hooks.h"
 #include "trainer/zero.h"
 
 /* Where one rank's step went, in seconds (tn_trainer_step measures it; the job monitor shows it per rank). */
 typedef struct {
     double data;       /* assembling this rank's micro-batches */
-    double compute;    /* forward and backward (an injected slowdown, TANDEM_FAULT_SLOW, included) */
+    double compute;    /* forward and backward (an injected slowdown, test_hooks.h, included) */
     double wait;       /* waiting for the other ranks: token counts, gradient exchange, loss sum, balancing */
     double optimizer;  /* clipping, AdamW, ZeRO's bookkeeping after the update */
 } tn_step_times;
@@ -73,18 +74,17 @@ typedef struct {
     int32_t *ids, *labels;   /* [micro-batches, micro_batch, S] host staging of this rank's share of a step */
     int *lens, *rows;        /* per micro-batch: padded length (<= S), samples (<= micro_batch) */
     tn_mm_buf mm;            /* the images of the micro-batch about to run (vision-language data) */
-    int fault_nan_from, fault_nan_to; /* $TANDEM_FAULT_NAN_STEPS=A[-B]: rank 0 puts a NaN into its gradient on
-                                       * steps A..B (fault-injection tests of the non-finite-step path) */
-    int slow_rank, slow_from;         /* $TANDEM_FAULT_SLOW=RANK:STEP:FACTOR: from STEP on, rank RANK takes FACTOR */
-    double slow_factor;               /* times as long for each forward+backward (tests of balance_ranks) */
-    double slow_last;                 /* seconds the last micro-batch computed (before the injected sleep) */
+    tn_test_hooks hooks;     /* the faults a test injects (test_hooks.h) */
+    double slow_last;        /* seconds the last micro-batch computed (before the injected slowdown) */
 } tn_trainer;
 
 /* Steps: max_steps if > 0, else ceil(num_train_epochs * n / global batch). */
 int tn_trainer_total_steps(const tn_train_config *cfg, int n_samples, int world);
 /* comm may be NULL (one process). NULL with tn_err on a bad bucket size. With cfg->zero_stage >= 1 on
- * several ranks the AdamW moments cover this rank's shard only (zero.h). */
-tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const tn_dataset *data, tn_comm *comm);
+ * several ranks the AdamW moments cover this rank's shard only (zero.h). hooks: the faults to inject (copied;
+ * NULL: none). */
+tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const tn_dataset *data, tn_comm *comm,
+                              const tn_test_hooks *hooks);
 /* Sharded runs: once every rank holds the same whole model (after the start-up broadcast), shard it
  * (stage 3 keeps only this rank's parameters from here on). Nothing for stage 0. */
 void tn_trainer_shard(tn_trainer *t);
