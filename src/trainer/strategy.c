@@ -62,6 +62,13 @@ void tn_strategy_clear_grads(tn_strategy *s) {
 void tn_strategy_arm(tn_strategy *s) { tn_grad_sync_arm(s->sync); }
 int tn_strategy_finish(tn_strategy *s) { return tn_grad_sync_finish(s->sync); }
 double tn_strategy_wait_s(const tn_strategy *s) { return tn_grad_sync_get_stats(s->sync)->wait_s; }
+double tn_strategy_first_ready_s(const tn_strategy *s) { return tn_grad_sync_get_stats(s->sync)->first_ready_s; }
+
+void tn_strategy_track_peak(tn_strategy *s, int on) {
+    if (s->ops->track_peak) s->ops->track_peak(s, on);
+}
+
+size_t tn_strategy_peak_bytes(tn_strategy *s) { return s->ops->peak_bytes ? s->ops->peak_bytes(s) : 0; }
 
 int tn_strategy_clip(tn_strategy *s, double max_norm, double *norm) {
     if (s->ops->clip) return s->ops->clip(s, max_norm, norm);

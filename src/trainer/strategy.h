@@ -85,6 +85,9 @@ typedef struct {
                        size_t n);
     /* Bytes this machine sends to the network per optimizer step (averaged over a round). */
     double (*bytes_per_step)(const tn_strategy *s);
+    /* Benchmarks: the most parameter + gradient bytes resident inside the passes since the last peak_bytes. */
+    void (*track_peak)(tn_strategy *s, int on);
+    size_t (*peak_bytes)(tn_strategy *s);
     /* Its lines of the log's banner (several ranks). */
     void (*describe)(const tn_strategy *s, FILE *out);
 } tn_strategy_ops;
@@ -121,6 +124,10 @@ void tn_strategy_arm(tn_strategy *s);
 int tn_strategy_finish(tn_strategy *s);
 /* Seconds the last step waited for its exchange after backward. */
 double tn_strategy_wait_s(const tn_strategy *s);
+/* Seconds from arming to the first complete bucket: what overlap cannot hide. */
+double tn_strategy_first_ready_s(const tn_strategy *s);
+void tn_strategy_track_peak(tn_strategy *s, int on);
+size_t tn_strategy_peak_bytes(tn_strategy *s);
 int tn_strategy_clip(tn_strategy *s, double max_norm, double *norm);
 void tn_strategy_update(tn_strategy *s, const tn_adamw_hparams *h, double lr);
 int tn_strategy_after_update(tn_strategy *s);

@@ -64,6 +64,8 @@ static int after_update(tn_strategy *s) { return tn_zero_after_update(zero_of(s)
 static int full(tn_strategy *s) { return tn_zero_full(zero_of(s)); }
 static void end_full(tn_strategy *s) { tn_zero_end_full(zero_of(s)); }
 static int status(const tn_strategy *s) { return zero_of(s) ? tn_zero_status(zero_of(s)) : 0; }
+static void track_peak(tn_strategy *s, int on) { tn_zero_track_peak(((zero_strategy *)s)->zero, on); }
+static size_t peak_bytes(tn_strategy *s) { return tn_zero_peak_bytes(((zero_strategy *)s)->zero); }
 static int save_moments(tn_strategy *s, const char *dir) { return tn_zero_save_moments(zero_of(s), s->opt, dir); }
 
 /* a run resumed before any update has no moments to restore */
@@ -87,4 +89,6 @@ const tn_strategy_ops tn_sync_zero = {
     .status = status,
     .save_moments = save_moments,
     .load_moments = load_moments,
+    .track_peak = track_peak,
+    .peak_bytes = peak_bytes,
 };

@@ -276,6 +276,7 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     st->tokens = targets;
     st->seen = (int64_t)counts[1];
     st->comm_wait = tn_strategy_wait_s(t->sync);
+    st->first_ready = tn_strategy_first_ready_s(t->sync);
     st->loss = targets > 0 ? counts[2] / (double)targets : 0.0;
     st->lr = tn_lr_at(cfg->lr_scheduler_type, cfg->learning_rate, t->in.step, t->in.warmup_steps, t->in.total_steps);
     /* the summed gradients are bit-identical on every rank (DiLoCo: of the machine), so the norm, the skip
@@ -308,6 +309,9 @@ int tn_trainer_next_logged(tn_trainer *t, tn_step_stats *st) {
 
 double tn_trainer_bytes_per_step(const tn_trainer *t) { return tn_strategy_bytes_per_step(t->sync); }
 void tn_trainer_strategies(char *out, size_t n) { tn_strategy_names(out, n); }
+void tn_trainer_track_peak(tn_trainer *t, int on) { tn_strategy_track_peak(t->sync, on); }
+size_t tn_trainer_peak_bytes(tn_trainer *t) { return tn_strategy_peak_bytes(t->sync); }
+size_t tn_trainer_acts_bytes(const tn_trainer *t) { return tn_acts_bytes(t->acts); }
 
 /* ---- checkpoints ---- */
 

@@ -42,6 +42,7 @@ typedef struct {
     int64_t tokens;    /* trained tokens (targets) of the global batch */
     int64_t seen;      /* tokens processed by all ranks (incl. prompt and padding) */
     double comm_wait;  /* seconds waited for the gradient exchange after backward */
+    double first_ready; /* seconds from the last micro-batch's start to its first complete bucket (tn_trainer_step) */
     tn_step_times times; /* this rank's step by phase (tn_trainer_step only; zero from tn_trainer_next_logged) */
     int64_t samples;   /* this rank's share of the global batch (tn_trainer_step only) */
 } tn_step_stats;
@@ -116,6 +117,12 @@ const char *tn_trainer_take_note(tn_trainer *t);
 void tn_trainer_describe(const tn_trainer *t, FILE *out);
 /* Bytes this machine sends to the network per optimizer step (averaged over a DiLoCo round). */
 double tn_trainer_bytes_per_step(const tn_trainer *t);
+/* Benchmarks: the most parameter + gradient bytes resident inside the passes since the last call (ZeRO samples
+ * them at every gather and release once tracking is on; 0 for the strategies that keep whole replicas), and
+ * the activation workspace's bytes. */
+void tn_trainer_track_peak(tn_trainer *t, int on);
+size_t tn_trainer_peak_bytes(tn_trainer *t);
+size_t tn_trainer_acts_bytes(const tn_trainer *t);
 /* The sync strategies this build has, by name ("ddp, zero, ..."), for `tandem env`. */
 void tn_trainer_strategies(char *out, size_t n);
 
