@@ -88,6 +88,13 @@ struct tn_backend {
      * by grad_scale (rows with ignored targets become 0). */
     double (*cross_entropy)(float *logits, const int32_t *targets, int T, int V, float grad_scale,
                             int64_t *n_valid);
+    /* The same without reading the result back: the rows' loss sum and count are added to the backend's running
+     * total (queued behind the kernels, no wait), which cross_entropy_total returns (count added to *n_valid) and
+     * clears. The lm_head's chunks of one forward then wait for the device once, not once per chunk; the sum is
+     * formed in the same order as adding cross_entropy's returns, so the loss is the same to the bit. One running
+     * total per process: one forward's chunks at a time. */
+    void (*cross_entropy_add)(float *logits, const int32_t *targets, int T, int V, float grad_scale);
+    double (*cross_entropy_total)(int64_t *n_valid);
 
     /* dropout for LoRA inputs: y = x * keep / (1 - p), keep drawn from (seed, index) so backward can
      * regenerate the mask; backward applies the same mask to dy in place. */

@@ -73,7 +73,8 @@ int tn_backend_attach_comm(const tn_backend *be, tn_comm *c, char *note, size_t 
     if (strcmp(be->name, "cuda") == 0) {
         tn_comm_device d = {.name = "cuda", .owns = tn_cuda_owns, .to_host = tn_cuda_to_host,
                             .to_device = tn_cuda_to_device, .queue = tn_cuda_stream(), .device = tn_cuda_device(),
-                            .written = tn_cuda_device_written};
+                            .written = tn_cuda_device_written, .to_host_async = tn_cuda_to_host_async,
+                            .copied = tn_cuda_copied, .host_alloc = tn_cuda_host_alloc, .host_free = tn_cuda_host_free};
         if (tn_cuda_pci_bus_id(d.device, d.bus_id, (int)sizeof d.bus_id) != 0) d.bus_id[0] = 0; /* ordinal only */
         return tn_comm_attach_device(c, &d, note, note_size);
     }

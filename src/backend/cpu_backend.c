@@ -319,6 +319,22 @@ static double cpu_cross_entropy(float *logits, const int32_t *targets, int T, in
     return loss;
 }
 
+/* cross_entropy_add's running total: nothing to wait for on the CPU, but the model's one code path for both backends
+ * goes through it (backend.h) */
+static double g_ce_loss;
+static int64_t g_ce_count;
+
+static void cpu_cross_entropy_add(float *logits, const int32_t *targets, int T, int V, float grad_scale) {
+    g_ce_loss += cpu_cross_entropy(logits, targets, T, V, grad_scale, &g_ce_count);
+}
+
+static double cpu_cross_entropy_total(int64_t *n_valid) {
+    double loss = g_ce_loss;
+    *n_valid += g_ce_count;
+    g_ce_loss = 0.0, g_ce_count = 0;
+    return loss;
+}
+
 static void cpu_dropout(float *y, const float *x, size_t n, float p, uint64_t seed) {
     float keep_scale = 1.0f / (1.0f - p);
 #pragma omp parallel for schedule(static)
@@ -423,6 +439,8 @@ static const tn_backend cpu_backend = {
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
     .cross_entropy = cpu_cross_entropy,
+    .cross_entropy_add = cpu_cross_entropy_add,
+    .cross_entropy_total = cpu_cross_entropy_total,
     .dropout = cpu_dropout,
     .sumsq = cpu_sumsq,
     .scale = cpu_scale,

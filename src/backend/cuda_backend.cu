@@ -643,6 +643,8 @@ static void fill_table(tn_backend *b) {
     b->swiglu_forward = cu_swiglu_forward;
     b->swiglu_backward = cu_swiglu_backward;
     b->cross_entropy = cu_cross_entropy;
+    b->cross_entropy_add = cu_cross_entropy_add;
+    b->cross_entropy_total = cu_cross_entropy_total;
     b->dropout = cu_dropout;
     b->sumsq = cu_sumsq;
     b->scale = cuda_scale;
@@ -755,6 +757,55 @@ void tn_cuda_to_host(void *host, const void *dev, size_t bytes) {
     CU_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, g_cu.stream));
     CU_CHECK(cudaStreamSynchronize(g_cu.stream));
 }
+
+/* The staged all-reduce's copy out, overlapping the kernels queued after it: on a stream of its own that first waits
+ * for everything queued on the kernels' stream so far (an event), into pinned memory (a copy into pageable memory
+ * would block the host); the token is the event recorded after the copy. Frozen weights take the blocking path. */
+static cudaStream_t g_copy_stream;
+
+void *tn_cuda_to_host_async(void *host, const void *dev, size_t bytes) {
+    CU_CHECK(cudaSetDevice(g_cu.device));
+    if (tn_frozen_touches(g_frozen, g_n_frozen, (uintptr_t)dev, (bytes + sizeof(float) - 1) / sizeof(float))) {
+        tn_cuda_to_host(host, dev, bytes);
+        return NULL;
+    }
+    if (!g_copy_stream) CU_CHECK(cudaStreamCreateWithFlags(&g_copy_stream, cudaStreamNonBlocking));
+    cudaEvent_t ready, landed;
+    CU_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    CU_CHECK(cudaEventCreateWithFlags(&landed, cudaEventDisableTiming));
+    CU_CHECK(cudaEventRecord(ready, g_cu.stream));
+    CU_CHECK(cudaStreamWaitEvent(g_copy_stream, ready, 0));
+    CU_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, g_copy_stream));
+    CU_CHECK(cudaEventRecord(landed, g_copy_stream));
+    CU_CHECK(cudaEventDestroy(ready)); /* released once the copy stream has passed it */
+    return (void *)landed;
+}
+
+int tn_cuda_copied(void *token, int wait) {
+    cudaEvent_t landed = (cudaEvent_t)token;
+    CU_CHECK(cudaSetDevice(g_cu.device));
+    if (wait) {
+        CU_CHECK(cudaEventSynchronize(landed));
+    } else {
+        cudaError_t e = cudaEventQuery(landed);
+        if (e == cudaErrorNotReady) return 0;
+        CU_CHECK(e);
+    }
+    CU_CHECK(cudaEventDestroy(landed));
+    return 1;
+}
+
+void *tn_cuda_host_alloc(size_t bytes) {
+    void *p = NULL;
+    CU_CHECK(cudaSetDevice(g_cu.device));
+    if (cudaMallocHost(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+void tn_cuda_host_free(void *p) { CU_CHECK(cudaFreeHost(p)); }
 
 void tn_cuda_to_device(void *dev, const void *host, size_t bytes) {
     CU_CHECK(cudaSetDevice(g_cu.device));

@@ -42,6 +42,11 @@ const tn_backend *tn_backend_cuda(int device, int bf16);
 int tn_cuda_owns(const void *p);                                  /* p lies in memory this backend allocated */
 void tn_cuda_to_host(void *host, const void *dev, size_t bytes);  /* after every queued kernel */
 void tn_cuda_to_device(void *dev, const void *host, size_t bytes);
+/* comm.h tn_comm_device's asynchronous copy out (the staged all-reduce overlapping backward): a copy stream, events */
+void *tn_cuda_to_host_async(void *host, const void *dev, size_t bytes);
+int tn_cuda_copied(void *token, int wait);
+void *tn_cuda_host_alloc(size_t bytes);
+void tn_cuda_host_free(void *p);
 void *tn_cuda_stream(void);                                       /* the cudaStream_t the kernels run on */
 int tn_cuda_device(void);                                         /* the ordinal in use */
 

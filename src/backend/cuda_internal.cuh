@@ -42,6 +42,7 @@ enum {
     SCR_ATT,      /* attention backward: rowsum(dO * O) per row */
     SCR_SORT,     /* embedding backward: sorted ids/positions and the sort's temporary storage */
     SCR_ATT_Q,    /* attention forward (bf16 mode): bf16 q, k, v copies */
+    SCR_LOSS,     /* cross_entropy_add's running total: loss sum and rows counted (2 doubles) */
     SCR_COUNT
 };
 void *cu_scratch(int slot, size_t bytes);
@@ -108,6 +109,8 @@ void cu_rope(float *x, int T, int S, int nheads, int hd, int ld, const float *co
 void cu_swiglu_forward(float *act, const float *gu, int T, int I);
 void cu_swiglu_backward(float *dgu, const float *dact, const float *gu, int T, int I);
 double cu_cross_entropy(float *logits, const int32_t *targets, int T, int V, float grad_scale, int64_t *n_valid);
+void cu_cross_entropy_add(float *logits, const int32_t *targets, int T, int V, float grad_scale);
+double cu_cross_entropy_total(int64_t *n_valid);
 void cu_dropout(float *y, const float *x, size_t n, float p, uint64_t seed);
 double cu_sumsq(const float *x, size_t n);
 void cu_scale(float *x, size_t n, float s);

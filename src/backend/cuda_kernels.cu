@@ -372,9 +372,10 @@ __global__ void __launch_bounds__(CE_THREADS) k_cross_entropy(float *logits, con
     if (threadIdx.x == 0) row[y] -= grad_scale;
 }
 
-/* One block: the row losses summed in order of rows (fixed tree), and the rows counted. */
+/* One block: the row losses summed in order of rows (fixed tree), and the rows counted; stored in out[0..1], or added
+ * to them (accumulate: cross_entropy_add's running total, the same additions as the host summing the returns). */
 __global__ void __launch_bounds__(SUM_THREADS) k_sum_losses(const double *row_loss, const int32_t *targets, int T,
-                                                             double *out) {
+                                                             double *out, int accumulate) {
     __shared__ double sh[32];
     double acc = 0.0, cnt = 0.0;
     for (int t = threadIdx.x; t < T; t += blockDim.x) {
@@ -382,21 +383,56 @@ __global__ void __launch_bounds__(SUM_THREADS) k_sum_losses(const double *row_lo
         cnt += targets[t] >= 0;
     }
     double total = block_sum_d(acc, sh), count = block_sum_d(cnt, sh);
-    if (threadIdx.x == 0) out[0] = total, out[1] = count;
+    if (threadIdx.x == 0) {
+        if (accumulate) out[0] += total, out[1] += count;
+        else out[0] = total, out[1] = count;
+    }
+}
+
+/* dlogits in place, and the rows' loss sum and count stored in (or added to) out[0..1] on the device */
+static void ce_rows(float *logits, const int32_t *targets, int T, int V, float grad_scale, double *out, int add) {
+    double *row_loss = (double *)cu_scratch(SCR_REDUCE, (size_t)T * sizeof(double) + 2 * sizeof(double));
+    k_cross_entropy<<<T, CE_THREADS, 0, g_cu.stream>>>(logits, targets, V, grad_scale, row_loss);
+    cu_launched("cross_entropy");
+    k_sum_losses<<<1, SUM_THREADS, 0, g_cu.stream>>>(row_loss, targets, T, out ? out : row_loss + T, add);
+    cu_launched("cross_entropy (sum)");
+}
+
+/* out[0..1] read back (the stream drained first) */
+static void read_pair(const double *dev, double *loss, int64_t *n_valid) {
+    double *host = (double *)cu_host_scratch();
+    CU_CHECK(cudaMemcpyAsync(host, dev, 2 * sizeof(double), cudaMemcpyDeviceToHost, g_cu.stream));
+    CU_CHECK(cudaStreamSynchronize(g_cu.stream));
+    *loss = host[0];
+    *n_valid += (int64_t)host[1];
 }
 
 double cu_cross_entropy(float *logits, const int32_t *targets, int T, int V, float grad_scale, int64_t *n_valid) {
     if (T <= 0) return 0.0;
-    double *row_loss = (double *)cu_scratch(SCR_REDUCE, ((size_t)T + 2) * sizeof(double));
-    k_cross_entropy<<<T, CE_THREADS, 0, g_cu.stream>>>(logits, targets, V, grad_scale, row_loss);
-    cu_launched("cross_entropy");
-    k_sum_losses<<<1, SUM_THREADS, 0, g_cu.stream>>>(row_loss, targets, T, row_loss + T);
-    cu_launched("cross_entropy (sum)");
-    double *host = (double *)cu_host_scratch();
-    CU_CHECK(cudaMemcpyAsync(host, row_loss + T, 2 * sizeof(double), cudaMemcpyDeviceToHost, g_cu.stream));
-    CU_CHECK(cudaStreamSynchronize(g_cu.stream));
-    *n_valid += (int64_t)host[1];
-    return host[0];
+    ce_rows(logits, targets, T, V, grad_scale, NULL, 0);
+    double loss;
+    read_pair((const double *)cu_scratch(SCR_REDUCE, 0) + T, &loss, n_valid);
+    return loss;
+}
+
+/* The running total, zeroed when first allocated and after every read (queued on the stream: in order) */
+static double *loss_total(void) {
+    static int zeroed;
+    double *acc = (double *)cu_scratch(SCR_LOSS, 2 * sizeof(double));
+    if (!zeroed) CU_CHECK(cudaMemsetAsync(acc, 0, 2 * sizeof(double), g_cu.stream));
+    zeroed = 1;
+    return acc;
+}
+
+void cu_cross_entropy_add(float *logits, const int32_t *targets, int T, int V, float grad_scale) {
+    if (T > 0) ce_rows(logits, targets, T, V, grad_scale, loss_total(), 1);
+}
+
+double cu_cross_entropy_total(int64_t *n_valid) {
+    double *acc = loss_total(), loss;
+    read_pair(acc, &loss, n_valid);
+    CU_CHECK(cudaMemsetAsync(acc, 0, 2 * sizeof(double), g_cu.stream));
+    return loss;
 }
 
 /* ------------------------------------------------------------------ dropout (core.c's tn_hash_uniform) */

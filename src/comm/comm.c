@@ -319,10 +319,12 @@ int tn_comm_allgather_f32(tn_comm *c, float *buf, size_t n) {
     return c->be->allgather_f32(c, buf, n);
 }
 tn_comm_op *tn_comm_iallreduce_f32(tn_comm *c, float *buf, size_t n) {
+    tn_comm_staged_poll(c, 0);
     if (tn_comm_staging(c, buf)) return tn_comm_staged_iallreduce(c, buf, n);
     return c->be->iallreduce_f32(c, buf, n);
 }
 int tn_comm_test(tn_comm_op *op) {
+    tn_comm_staged_poll(op->c, 0);
     pthread_mutex_lock(&op->c->mu);
     int done = op->done;
     pthread_mutex_unlock(&op->c->mu);
@@ -352,8 +354,12 @@ int tn_comm_recv(tn_comm *c, void *buf, size_t bytes, int from) { return p2p(c, 
 int tn_comm_wait(tn_comm_op *op) {
     if (!op) return tn_err("comm: wait on a NULL op");
     tn_comm *c = op->c;
+    tn_comm_staged_poll(c, 1); /* the op, or one before it, may still wait for its copy out */
     struct tn_staged *st = tn_comm_staged_take(c, op); /* before the wait frees op */
     int rc = c->be->wait(op);
     return st ? tn_comm_staged_finish(c, st, rc) : rc;
 }
-int tn_comm_wait_all(tn_comm *c) { return tn_comm_staged_finish_all(c, c->be->wait_all(c)); }
+int tn_comm_wait_all(tn_comm *c) {
+    tn_comm_staged_poll(c, 1);
+    return tn_comm_staged_finish_all(c, c->be->wait_all(c));
+}

@@ -126,6 +126,15 @@ typedef struct {
     int device;                                                   /* the CUDA device ordinal */
     char bus_id[32]; /* its PCI bus id ("0000:1b:00.0"; "" unknown): which GPU it is, whatever CUDA_VISIBLE_DEVICES */
     void (*written)(void); /* a collective is about to write device memory (NCCL): the backend's caches of it go */
+    /* Optional (all four or none), for the MPI staging of non-blocking all-reduces to overlap the kernels still
+     * queued: to_host_async queues the copy of [dev, dev + bytes), after every kernel queued so far, into host
+     * memory from host_alloc (pinned), without waiting, and returns a token (NULL: copied already); copied(token,
+     * wait) is 1 once the bytes have landed (wait: blocks until then) and frees the token when it says 1. Without
+     * them each staged all-reduce waits in to_host. Called on the thread that issues the collectives only. */
+    void *(*to_host_async)(void *host, const void *dev, size_t bytes);
+    int (*copied)(void *token, int wait);
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *host);
 } tn_comm_device;
 /* Collective, once, before any collective on device memory; dev NULL for a host (CPU) backend. Every rank must
  * attach the same kind (else one line naming the first rank that differs). With a device on every rank and

@@ -4,7 +4,11 @@
  * Staging: a blocking collective copies the device buffer to host memory, runs the MPI collective there and copies
  * the result back. A non-blocking one copies out at once (to_host waits for the kernels that produce the buffer)
  * and is queued on the host copy like any MPI op; the copy back happens in tn_comm_wait (or wait_all) on the
- * caller's thread, so every CUDA call stays on the thread that computes. The range collectives (ZeRO) work on a
+ * caller's thread, so every CUDA call stays on the thread that computes. Where the device copies asynchronously
+ * (tn_comm_device.to_host_async), a non-blocking all-reduce does not wait for the kernels still queued: its copy
+ * out is queued behind them into a pinned buffer and its MPI op queued gated (the progress thread leaves it, and
+ * every later op on its shards, alone); the issuing thread releases it once the copy has landed, polling at its
+ * next collective and blocking at the latest when it waits. The range collectives (ZeRO) work on a
  * host mirror of the whole slab, allocated on first use and touched only where ranges are copied. The ops that exist
  * on host memory only (exchange.h) stage a device buffer the same way whichever backend carries the rest. */
 #include <stdio.h>
@@ -19,8 +23,15 @@ struct tn_staged {
     tn_comm_op *op;
     void *dev, *host;
     size_t bytes;
-    int owns_host;
+    int owns_host;   /* 1: malloc'd, 2: pinned (back to c->pinned) */
+    void *token;     /* the copy out still in flight (op gated until it lands) */
     struct tn_staged *next;
+};
+
+struct tn_pinned {
+    void *p;
+    size_t bytes;
+    struct tn_pinned *next;
 };
 
 struct tn_mirror {
@@ -48,14 +59,74 @@ int tn_comm_staged_blocking(tn_comm *c, int what, void *buf, size_t bytes, int r
     return rc;
 }
 
-static void remember(tn_comm *c, tn_comm_op *op, void *dev, void *host, size_t bytes, int owns_host) {
+static void pinned_give(tn_comm *c, void *p, size_t bytes);
+
+static struct tn_staged *remember(tn_comm *c, tn_comm_op *op, void *dev, void *host, size_t bytes, int owns_host) {
     struct tn_staged *s = tn_xcalloc(1, sizeof *s), **tail = &c->staged;
     s->op = op, s->dev = dev, s->host = host, s->bytes = bytes, s->owns_host = owns_host;
     while (*tail) tail = &(*tail)->next; /* submission order: wait_all copies back in that order */
     *tail = s;
+    return s;
+}
+
+/* the host side of a finished staging goes (a pinned buffer is kept for the next; its copy out waited for first) */
+static void drop_host(tn_comm *c, struct tn_staged *s) {
+    if (s->token) c->dev->copied(s->token, 1);
+    if (s->owns_host == 2) pinned_give(c, s->host, s->bytes);
+    else if (s->owns_host) free(s->host);
+}
+
+/* A pinned buffer of at least bytes: a kept one of that size, else a new one */
+static void *pinned_take(tn_comm *c, size_t bytes) {
+    for (struct tn_pinned **pp = &c->pinned; *pp; pp = &(*pp)->next)
+        if ((*pp)->bytes == bytes) {
+            struct tn_pinned *k = *pp;
+            void *p = k->p;
+            *pp = k->next;
+            free(k);
+            return p;
+        }
+    void *p = c->dev->host_alloc(bytes ? bytes : 1);
+    if (!p) tn_die("comm: %zu bytes of pinned host memory for a staged all-reduce could not be had", bytes);
+    return p;
+}
+
+static void pinned_give(tn_comm *c, void *p, size_t bytes) { /* kept until tn_comm_device_free */
+    struct tn_pinned *k = tn_xcalloc(1, sizeof *k);
+    k->p = p, k->bytes = bytes, k->next = c->pinned;
+    c->pinned = k;
+}
+
+/* The copy out is queued behind the kernels; the op waits, gated, until tn_comm_staged_poll sees it land. */
+static tn_comm_op *iallreduce_async(tn_comm *c, float *buf, size_t n) {
+    size_t bytes = n * sizeof *buf;
+    float *host = pinned_take(c, bytes);
+    void *token = c->dev->to_host_async(host, buf, bytes);
+    c->gate_next = token != NULL;
+    tn_comm_op *op = tn_comm_backend_mpi.iallreduce_f32(c, host, n);
+    c->gate_next = 0;
+    if (!op) {
+        if (token) c->dev->copied(token, 1);
+        pinned_give(c, host, bytes);
+        return NULL;
+    }
+    remember(c, op, buf, host, bytes, 2)->token = token;
+    return op;
+}
+
+void tn_comm_staged_poll(tn_comm *c, int wait) {
+    for (struct tn_staged *s = c->staged; s; s = s->next) {
+        if (!s->token) continue;
+        if (!c->dev->copied(s->token, wait)) continue;
+        s->token = NULL;
+        pthread_mutex_lock(&c->mu);
+        s->op->gated = 0;
+        pthread_mutex_unlock(&c->mu);
+    }
 }
 
 tn_comm_op *tn_comm_staged_iallreduce(tn_comm *c, float *buf, size_t n) {
+    if (c->dev->to_host_async) return iallreduce_async(c, buf, n);
     float *host = tn_xmalloc(n ? n * sizeof *host : 1);
     c->dev->to_host(host, buf, n * sizeof *host);
     tn_comm_op *op = tn_comm_backend_mpi.iallreduce_f32(c, host, n);
@@ -116,7 +187,7 @@ struct tn_staged *tn_comm_staged_take(tn_comm *c, const tn_comm_op *op) {
 
 int tn_comm_staged_finish(tn_comm *c, struct tn_staged *s, int rc) {
     if (rc == 0 && s->bytes) c->dev->to_device(s->dev, s->host, s->bytes);
-    if (s->owns_host) free(s->host);
+    drop_host(c, s);
     free(s);
     return rc;
 }
@@ -134,8 +205,14 @@ void tn_comm_device_free(tn_comm *c) {
     while (c->staged) {
         struct tn_staged *s = c->staged;
         c->staged = s->next;
-        if (s->owns_host) free(s->host);
+        drop_host(c, s);
         free(s);
+    }
+    while (c->pinned) {
+        struct tn_pinned *k = c->pinned;
+        c->pinned = k->next;
+        c->dev->host_free(k->p);
+        free(k);
     }
     while (c->mirrors) {
         struct tn_mirror *m = c->mirrors;
@@ -163,6 +240,9 @@ int tn_comm_attach_device(tn_comm *c, const tn_comm_device *dev, char *note, siz
     if (!note) note = scratch, note_size = sizeof scratch;
     note[0] = 0;
     if (c->dev) return tn_err("comm: a device is attached already");
+    int async = dev ? !!dev->to_host_async + !!dev->copied + !!dev->host_alloc + !!dev->host_free : 0;
+    if (async != 0 && async != 4) /* a backend's programming error, the same on every rank */
+        tn_die("comm: device %s has some of to_host_async, copied, host_alloc, host_free but not all", dev->name);
     int size = c->info.size;
     tn_comm_dev_id me;
     memset(&me, 0, sizeof me);

@@ -63,6 +63,8 @@ struct tn_comm {
     tn_comm_device dev_copy;
     struct tn_staged *staged;    /* MPI ops on host copies of device buffers, copied back at wait (comm_device.c) */
     struct tn_mirror *mirrors;   /* host copies of device slabs for the range collectives */
+    struct tn_pinned *pinned;    /* pinned host buffers of finished async stagings, kept for the next ones */
+    int gate_next;               /* the next op tn_comm_submit queues starts gated (set around one call only) */
     int mpi_owned;               /* we called MPI_Init */
 
     /* op queue, run in order by the progress thread */
@@ -117,6 +119,8 @@ struct tn_comm_op {
     void (*release)(tn_comm_op *op);   /* frees the op-specific state */
     void *state;
     int done, failed;                   /* under c->mu */
+    int gated;                          /* under c->mu: not stepped until its staged copy out of device memory has
+                                         * landed (comm_device.c); later ops on its shards wait behind it */
     int background;                     /* not in the queue: stepped whatever the queue does */
     char err[256];
 };
@@ -213,6 +217,9 @@ tn_comm_op *tn_comm_stage_track(tn_comm *c, tn_comm_op *op, float *dev, float *h
 struct tn_staged *tn_comm_staged_take(tn_comm *c, const tn_comm_op *op);
 int tn_comm_staged_finish(tn_comm *c, struct tn_staged *s, int rc);
 int tn_comm_staged_finish_all(tn_comm *c, int rc);
+/* The gated ops whose copies out have landed are released to the progress thread (wait: blocks until every copy
+ * has landed). Called by the issuing thread: before it issues an op (no wait) and before it waits (wait). */
+void tn_comm_staged_poll(tn_comm *c, int wait);
 void tn_comm_device_free(tn_comm *c);
 /* What each rank computes on (gathered by tn_comm_attach_device), and the first rank that shares its machine's GPU
  * with a lower rank (-1: none). A GPU is its PCI bus id where both ranks know it: with CUDA_VISIBLE_DEVICES set per

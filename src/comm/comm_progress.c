@@ -71,6 +71,10 @@ int tn_comm_pick(tn_comm_op *first, tn_comm_op **run) {
     for (tn_comm_op *op = first; op && op->seq < first->seq + TN_COMM_LANES && held != ~0ull; op = op->next) {
         if (op->done) continue;
         uint64_t mine = op->shards ? op->shards : ~0ull;
+        if (op->gated) { /* its input is still being copied out of device memory */
+            held |= mine;
+            continue;
+        }
         if (mine & held) {
             held |= mine; /* a later op on these shards must not overtake this one */
             continue;
@@ -190,6 +194,7 @@ tn_comm_op *tn_comm_submit_background(tn_comm *c, tn_comm_op *op) {
 tn_comm_op *tn_comm_submit(tn_comm *c, tn_comm_op *op) {
     pthread_mutex_lock(&c->mu);
     op->next = NULL;
+    op->gated = c->gate_next;
     if (c->tail) c->tail->next = op;
     else c->head = op;
     c->tail = op;

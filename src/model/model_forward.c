@@ -497,19 +497,18 @@ static void stage_targets(const tn_model *m, tn_acts *a, const int32_t *labels, 
 static double lm_head_loss(tn_model *m, tn_acts *a, float grad_scale, int64_t *n_valid, int backward) {
     const tn_backend *be = m->be;
     const int D = m->D, V = m->V;
-    double loss = 0.0;
     if (backward) be->zero(a->dxn, (size_t)a->T * D);
     for (int t0 = 0; t0 < a->n_scored; t0 += a->TC) {
         int n = t0 + a->TC < a->n_scored ? a->TC : a->n_scored - t0;
         be->embedding_forward(a->xs, a->xnf, a->scored + t0, n, D); /* a row gather */
         be->matmul(0, 1, n, V, D, 1.0f, a->xs, D, m->lm_head, D, 0.0f, a->logits, V);
-        loss += be->cross_entropy(a->logits, a->targets + t0, n, V, backward ? grad_scale : 0.0f, n_valid);
+        be->cross_entropy_add(a->logits, a->targets + t0, n, V, backward ? grad_scale : 0.0f);
         if (!backward) continue;
         if (m->d_lm_head) be->matmul(1, 0, V, D, n, 1.0f, a->logits, V, a->xs, D, 1.0f, m->d_lm_head, D);
         be->matmul(0, 0, n, D, V, 1.0f, a->logits, V, m->lm_head, D, 0.0f, a->xs, D);
         be->embedding_backward(a->dxn, a->xs, a->scored + t0, n, D); /* a row scatter: scored rows are distinct */
     }
-    return loss;
+    return be->cross_entropy_total(n_valid); /* the forward's one wait for the device */
 }
 
 double tn_model_forward_backward(tn_model *m, tn_acts *a, const int32_t *ids, const int32_t *labels, int B,

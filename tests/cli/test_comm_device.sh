@@ -4,7 +4,9 @@
 # stage every device buffer (a direct touch crashes), and the results must be test_unit_comm's closed-form sums.
 # 2-4 ranks on one machine and on faked machines (hierarchical path), with $TANDEM_COMM_BACKEND=mpi and unset
 # (then NCCL is tried where built, and without a GPU the staging carries on). test_unit_sync_device runs the same
-# way: every gradient sync mode and DiLoCo's rounds on fake-device parameters and gradients.
+# way: every gradient sync mode and DiLoCo's rounds on fake-device parameters and gradients. The fake device copies
+# out asynchronously (its copies land on the third poll; the host buffer is NaN until then), as the CUDA backend
+# does, so an all-reduce that started before its copy landed would sum NaN; one run uses the blocking copy instead.
 set -u
 BIN=${TANDEM_BIN:?}
 TESTS=$(dirname "$BIN")/tests
@@ -43,6 +45,8 @@ for t in test_unit_comm_device test_unit_sync_device; do
   run $t flat-ring-3x1 3 3 r -x TANDEM_COMM_BACKEND=mpi
   run $t backend-unset-2 2 1 -
 done
+# a device without the asynchronous copy out: every staged all-reduce waits for its copy (the path before overlap)
+run test_unit_comm_device sync-staging-2x2 4 2 "r / 2" -x TANDEM_COMM_BACKEND=mpi -x TANDEM_TEST_STAGING=sync
 
 echo "test_comm_device: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]

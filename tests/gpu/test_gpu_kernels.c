@@ -274,7 +274,26 @@ static void test_cross_entropy_dropout(void) {
     CHECKF(fabs(lc - lgp) <= 1e-5 * fabs(lc) && nc == ng && nc == 10, "cross_entropy loss %.9g vs %.9g, %lld vs %lld",
            lgp, lc, (long long)ng, (long long)nc);
     CHECKF(rel_max(lg, 1e-30) < 1e-5, "cross_entropy dlogits %.3g", rel_max(lg, 1e-30));
-    cpu->free(tc), gpu->free(tgp), drop(lg), free(h);
+    cpu->free(tc), gpu->free(tgp), drop(lg);
+
+    /* the running total (one read-back per forward): chunks of 4, 4, 1 rows add to what the GPU's own
+     * cross_entropy returns for each, to the bit (same kernels, same order of additions), and reading clears it */
+    pair l1 = mk(h, (size_t)T * V), l2 = mk(h, (size_t)T * V);
+    int32_t *tg1 = put_i32(gpu, tg, T);
+    double sum = 0.0;
+    int64_t n1 = 0, n2 = 0, n3 = 0;
+    for (int t0 = 0; t0 < T; t0 += 4) {
+        int n = t0 + 4 < T ? 4 : T - t0;
+        sum += gpu->cross_entropy(l1.g + (size_t)t0 * V, tg1 + t0, n, V, 0.37f, &n1);
+        gpu->cross_entropy_add(l2.g + (size_t)t0 * V, tg1 + t0, n, V, 0.37f);
+    }
+    double total = gpu->cross_entropy_total(&n2);
+    CHECKF(total == sum && n1 == n2 && n2 == 7, "cross_entropy_total %.17g vs the chunks' %.17g, %lld vs %lld rows",
+           total, sum, (long long)n2, (long long)n1);
+    CHECKF(gpu->cross_entropy_total(&n3) == 0.0 && n3 == 0, "cross_entropy_total not cleared by reading it");
+    float *d1 = get(gpu, l1.g, (size_t)T * V), *d2 = get(gpu, l2.g, (size_t)T * V);
+    CHECKF(memcmp(d1, d2, sizeof(float) * T * V) == 0, "cross_entropy_add: dlogits differ from cross_entropy's");
+    free(d1), free(d2), gpu->free(tg1), drop(l1), drop(l2), free(h);
 
     size_t n = 100003;
     pair x = mk_rand(n, -1, 1), y = mk_poison(n);

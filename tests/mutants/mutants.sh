@@ -78,6 +78,12 @@ mutant adamw-eps-inside-sqrt backend/cpu_backend.c \
 mutant weight-decay-on-norm-weights model/model.c \
   'p->decay = ndim >= 2;' \
   'p->decay = ndim >= 2 || strstr(p->name, "norm") != NULL;'
+mutant loss-total-not-cleared-after-read backend/cpu_backend.c \
+  'g_ce_loss = 0.0, g_ce_count = 0;' \
+  'g_ce_count = 0;'
+mutant loss-total-count-not-cleared-after-read backend/cpu_backend.c \
+  'g_ce_loss = 0.0, g_ce_count = 0;' \
+  'g_ce_loss = 0.0;'
 mutant rope-theta-1pct-off model/model_forward.c \
   'pow(m->cfg.rope_theta, ' \
   'pow(m->cfg.rope_theta * 1.01, '

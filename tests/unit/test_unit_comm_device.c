@@ -39,9 +39,18 @@ static float *dev_read(const float *d, size_t n) {
     return h;
 }
 
+/* TANDEM_TEST_STAGING=sync: a device without the asynchronous copy out (each staged all-reduce waits in to_host) */
+static int async_staging(void) {
+    const char *s = getenv("TANDEM_TEST_STAGING");
+    return !(s && strcmp(s, "sync") == 0);
+}
+
 static void test_attach(tn_comm *c) {
     tn_comm_device fake = {.name = "fake", .owns = fd_owns, .to_host = fd_to_host, .to_device = fd_to_device,
                            .queue = NULL, .device = R};
+    if (async_staging())
+        fake.to_host_async = fd_to_host_async, fake.copied = fd_copied, fake.host_alloc = fd_host_alloc,
+        fake.host_free = fd_host_free;
     if (P > 1) { /* rank 1 on "the CPU": refused on every rank, naming it */
         CHECK(tn_comm_attach_device(c, R == 1 ? NULL : &fake, NULL, 0) == -1);
         CHECKF(strstr(tn_errmsg(), "rank 1") && strstr(tn_errmsg(), "same device kind"), "%s", tn_errmsg());
@@ -93,7 +102,8 @@ static void test_blocking(tn_comm *c) {
     CHECK(host[0] == sum_of(0) && host[2] == sum_of(2) && fd_to_host_bytes == before);
 }
 
-static void test_nonblocking(tn_comm *c) {
+/* round 1, 2: the second reuses the first's pinned buffers */
+static void test_nonblocking(tn_comm *c, int round) {
     enum { K = 4 };
     size_t ns[K] = {17, 70001, (1u << 20) + 1, 1000};
     float *d[K];
@@ -107,6 +117,11 @@ static void test_nonblocking(tn_comm *c) {
     CHECK(tn_comm_wait(op[1]) == 0);
     CHECK(tn_comm_wait(op[0]) == 0);
     CHECK(tn_comm_wait_all(c) == 0);
+    if (async_staging()) { /* the copies were asynchronous and polled: each issue polled the ones in flight */
+        CHECKF(fd_async_copies == K * round && fd_polls_refused > 0, "async copies %d, polls refused %d",
+               fd_async_copies, fd_polls_refused);
+        CHECKF(fd_pinned_held == K, "%d pinned buffers held, expected %d (one per size, kept)", fd_pinned_held, K);
+    }
     for (int k = 0; k < K; k++) {
         float *h = dev_read(d[k], ns[k]);
         size_t bad = ns[k];
@@ -156,13 +171,14 @@ int main(int argc, char **argv) {
     R = tn_comm_get_info(c)->rank, P = tn_comm_get_info(c)->size;
     test_attach(c);
     test_blocking(c);
-    test_nonblocking(c);
+    test_nonblocking(c, 1);
+    test_nonblocking(c, 2);
     test_ranges(c);
     /* every collective above staged its whole buffer out and back (the byte counts are the test's own sums) */
     size_t blocking = 0, sizes[] = {1, 1000, 70001, (1u << 20) + 3};
     for (int i = 0; i < 4; i++) blocking += 3 * sizes[i] * sizeof(float); /* allreduce, reduce-scatter, all-gather */
     blocking += 4099 * sizeof(float);                                        /* bcast */
-    size_t nonblocking = (17 + 70001 + (1u << 20) + 1 + 1000) * sizeof(float), ranges = 2 * 300007 * sizeof(float);
+    size_t nonblocking = 2 * (17 + 70001 + (1u << 20) + 1 + 1000) * sizeof(float), ranges = 2 * 300007 * sizeof(float);
     size_t want = blocking + nonblocking + ranges;
     CHECKF(fd_to_host_bytes == want && fd_to_device_bytes == want, "staged %zu bytes out and %zu back, expected %zu each",
            fd_to_host_bytes, fd_to_device_bytes, want);
@@ -173,5 +189,9 @@ int main(int argc, char **argv) {
         printf("test_unit_comm_device: size %d, %d machine(s), backend %s: %d checks, %lld failed (worst rank)\n", P,
                tn_comm_get_info(c)->n_nodes, tn_comm_backend_name(c), tl_checks, (long long)f[0]);
     tn_comm_finalize(c);
+    if (fd_pinned_held != 0) { /* the comm layer gives its pinned buffers back when it goes */
+        fprintf(stderr, "test_unit_comm_device: rank %d: %d pinned buffers not freed\n", R, fd_pinned_held);
+        return 1;
+    }
     return f[0] ? 1 : 0;
 }

@@ -315,6 +315,30 @@ static void test_cross_entropy(void) {
     be->free(lg);
 }
 
+/* cross_entropy_add + cross_entropy_total (the lm_head's chunks, one read-back): the same loss to the bit as adding
+ * cross_entropy's returns chunk by chunk, the same dlogits, the count added, and the total cleared by reading it */
+static void test_cross_entropy_total(void) {
+    enum { T = 7, V = 23 };
+    float *a = buf(T * V), *b = buf(T * V);
+    fill(a, T * V, -4, 4);
+    memcpy(b, a, sizeof(float) * T * V);
+    int32_t targets[T] = {1, -100, 22, 5, 0, 13, -100};
+    int64_t nv_sum = 2, nv_total = 2;
+    double sum = 0.0;
+    for (int t0 = 0; t0 < T; t0 += 3) { /* chunks of 3, 3, 1 rows */
+        int n = t0 + 3 < T ? 3 : T - t0;
+        sum += be->cross_entropy(a + t0 * V, targets + t0, n, V, 0.5f, &nv_sum);
+        be->cross_entropy_add(b + t0 * V, targets + t0, n, V, 0.5f);
+    }
+    double total = be->cross_entropy_total(&nv_total);
+    CHECKF(total == sum, "cross_entropy_total %.17g, the chunks' returns add to %.17g", total, sum);
+    CHECK(nv_total == nv_sum && nv_total == 2 + 5);
+    CHECK(memcmp(a, b, sizeof(float) * T * V) == 0);
+    int64_t nv_again = 0;
+    CHECK(be->cross_entropy_total(&nv_again) == 0.0 && nv_again == 0); /* read clears it */
+    be->free(a), be->free(b);
+}
+
 /* ------------------------------------------------------------------ attention */
 
 /* naive causal GQA attention in double: out [B*S, H*hd], lse [B, H, S] */
@@ -543,6 +567,7 @@ int main(void) {
     test_rope();
     test_swiglu();
     test_cross_entropy();
+    test_cross_entropy_total();
     test_attention(2, 70, 4, 2, 8);  /* GQA 4 -> 2, rows cross two 64-row blocks */
     test_attention(1, 131, 3, 1, 18); /* 3 -> 1, three blocks, hd > 16 (vector lanes + tail) */
     test_dropout();
