@@ -1,6 +1,7 @@
 /* bench_conv -- the convolutions of torchvision's ResNet-18 on CIFAR-sized input (batch 64, 3x32x32), timed with
- * tandem's im2col + OpenBLAS kernels (backend/cpu_conv.c) and with oneDNN (Debian's libdnnl, the library PyTorch's
- * CPU convolutions run on), forward + input gradient + weight gradient per layer. oneDNN gets its best case: each
+ * tandem's im2col + OpenBLAS kernels (backend/cpu_conv.c), with the CPU backend's (oneDNN behind reorders from and
+ * to tandem's [C, N, H, W], backend/cpu_conv_dnnl.c) and with oneDNN alone (Debian's libdnnl, the library PyTorch's
+ * CPU convolutions run on), forward + input gradient + weight gradient per layer. oneDNN alone is its best case: each
  * primitive picks its own (blocked) layouts and no reorder is timed. Built and run by bench/bench_conv.sh.
  * Output: one line per layer shape with milliseconds per pass for each, and the totals over the network (each
  * shape weighted by how often ResNet-18 has it). */
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_kernels.h"
 #include "backend/image_kernels.h"
 #include "core/core.h"
 
@@ -27,19 +29,25 @@ static const layer L[] = {
 
 #define DN(x) do { if ((x) != dnnl_success) { fprintf(stderr, "bench_conv: %s failed\n", #x); exit(1); } } while (0)
 
-static double time_tandem(const layer *l) {
+/* gemm: im2col + OpenBLAS (cpu_conv.c); else the backend's table (oneDNN with reorders) */
+static double time_tandem(const layer *l, int gemm) {
     const tn_backend *be = tn_backend_cpu();
     tn_conv_shape s = {.N = BATCH, .C = l->C, .H = l->HW, .W = l->HW, .OC = l->OC, .KH = l->k, .KW = l->k,
                        .stride = l->stride, .pad = l->pad};
     tn_conv_shape_finish(&s);
     size_t nx = (size_t)s.C * BATCH * s.H * s.W, ny = (size_t)s.OC * BATCH * s.OH * s.OW, nw = (size_t)s.OC * s.C * l->k * l->k;
     float *x = be->alloc(nx), *y = be->alloc(ny), *w = be->alloc(nw), *dw = be->alloc(nw), *dx = be->alloc(nx);
-    float *sc = be->alloc(tn_conv_scratch_floats(&s) + 1);
+    float *sc = be->alloc((gemm ? tn_cpu_conv_gemm_scratch_floats(&s) : tn_conv_scratch_floats(&s)) + 1);
     double best = 1e30;
     for (int r = 0; r < REPS; r++) {
         double t0 = tn_now();
-        be->image->conv2d_forward(y, x, w, &s, sc);
-        be->image->conv2d_backward(dx, 0, dw, y, x, w, &s, sc);
+        if (gemm) {
+            tn_cpu_conv2d_gemm_forward(y, x, w, &s, sc);
+            tn_cpu_conv2d_gemm_backward(dx, 0, dw, y, x, w, &s, sc);
+        } else {
+            be->image->conv2d_forward(y, x, w, &s, sc);
+            be->image->conv2d_backward(dx, 0, dw, y, x, w, &s, sc);
+        }
         double t = tn_now() - t0;
         best = t < best ? t : best;
     }
@@ -119,17 +127,20 @@ int main(void) {
     dnnl_stream_t st;
     DN(dnnl_engine_create(&eng, dnnl_cpu, 0));
     DN(dnnl_stream_create(&st, eng, dnnl_stream_default_flags));
-    double tt = 0, to = 0, tp = 0;
+    double tt = 0, tb = 0, to = 0, tp = 0;
     int plain = getenv("BENCH_CONV_PLAIN") != NULL; /* the plain-layout oneDNN column: minutes (reference kernel) */
-    printf("%-18s %5s %5s %4s  %9s %9s %9s  (ms per forward + input grad + weight grad, best of %d, batch %d)\n",
-           "layer", "C", "OC", "HW", "tandem", "oneDNN", "oneDNN-p", REPS, BATCH);
+    printf("%-18s %5s %5s %4s  %9s %9s %9s %9s  (ms per forward + input grad + weight grad, best of %d, batch %d)\n",
+           "layer", "C", "OC", "HW", "im2col", "backend", "oneDNN", "oneDNN-p", REPS, BATCH);
     for (size_t i = 0; i < sizeof L / sizeof *L; i++) {
-        double a = time_tandem(&L[i]), b = time_onednn(&L[i], eng, st, 0), c = plain ? time_onednn(&L[i], eng, st, 1) : 0;
-        printf("%-18s %5d %5d %4d  %9.2f %9.2f %9.2f  x%d\n", L[i].what, L[i].C, L[i].OC, L[i].HW, a, b, c, L[i].count);
-        tt += a * L[i].count, to += b * L[i].count, tp += c * L[i].count;
+        double a = time_tandem(&L[i], 1), d = time_tandem(&L[i], 0), b = time_onednn(&L[i], eng, st, 0);
+        double c = plain ? time_onednn(&L[i], eng, st, 1) : 0;
+        printf("%-18s %5d %5d %4d  %9.2f %9.2f %9.2f %9.2f  x%d\n", L[i].what, L[i].C, L[i].OC, L[i].HW, a, d, b, c,
+               L[i].count);
+        tt += a * L[i].count, tb += d * L[i].count, to += b * L[i].count, tp += c * L[i].count;
     }
-    printf("%-18s %17s %9.1f %9.1f %9.1f  ms per ResNet-18 step's convolutions\n", "total", "", tt, to, tp);
-    printf("oneDNN: blocked layouts of its choice, no reorder timed; oneDNN-p: tandem's plain layouts as they are%s\n",
+    printf("%-18s %17s %9.1f %9.1f %9.1f %9.1f  ms per ResNet-18 step's convolutions\n", "total", "", tt, tb, to, tp);
+    printf("im2col: im2col + OpenBLAS; backend: the CPU backend's (oneDNN + reorders from/to [C, N, H, W]); oneDNN: "
+           "blocked layouts of its choice, no reorder timed; oneDNN-p: tandem's plain layouts as they are%s\n",
            plain ? "" : " (not run: BENCH_CONV_PLAIN=1)");
     dnnl_stream_destroy(st), dnnl_engine_destroy(eng);
     return 0;

@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench_conv.sh -- builds and runs bench/bench_conv.c: ResNet-18's CIFAR-sized convolutions (batch 64) with tandem's
-# im2col + OpenBLAS kernels against oneDNN (Debian's libdnnl-dev), same threads. Needs build/ (cmake Release).
+# im2col + OpenBLAS kernels, the CPU backend's (oneDNN + reorders) and oneDNN alone (Debian's libdnnl-dev), same threads. Needs build/ (cmake Release).
 # Usage: bench/bench_conv.sh [THREADS]   (default: OMP_NUM_THREADS or all cores); BENCH_CONV_PLAIN=1 also times oneDNN
 # on tandem's plain layout (its reference kernel: minutes)
 set -eu

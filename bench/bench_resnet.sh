@@ -10,7 +10,7 @@ T=${1:-$(nproc)} B=${2:-64} S=${3:-10}
 BIN=$(mktemp "${TMPDIR:-/tmp}/bench_resnet.XXXXXX")
 trap 'rm -f "$BIN"' EXIT INT TERM
 cc -O2 -fopenmp -I"$ROOT/src" "$ROOT/bench/bench_resnet_step.c" "$ROOT/build/libtandem_core.a" -o "$BIN" \
-  -lopenblas -lyaml -lcjson -lpcre2-8 -lutf8proc -lm -lpthread
+  -lopenblas -ldnnl -lyaml -lcjson -lpcre2-8 -lutf8proc -lm -lpthread
 echo "bench_resnet: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $T threads, load $(cut -d' ' -f1-3 /proc/loadavg)"
 OMP_NUM_THREADS=$T "$BIN" "$B" "$S"
 OMP_NUM_THREADS=$T /usr/bin/python3 "$ROOT/bench/bench_resnet.py" "$T" "$B" "$S"

@@ -10,12 +10,13 @@
 #            not glibc/libstdc++ or CUDA's own (libcublasLt, libnccl: 750 MB, taken from the device's CUDA or PyTorch
 #            install instead), and Open MPI's runtime (mpirun, orted, plugins, help files) relocated with OPAL_PREFIX.
 #   device:  run(command="sh scripts/gpu_verify.sh run all", carry=[".gpu"], timeout_s=600)
-#            parts: tests (make test-gpu's tests, run directly: the build tree's paths do not exist there), bench
+#            parts: tests (make test-gpu's tests, run directly: the build tree's paths do not exist there), profile
+#            (TANDEM_PROFILE=1 on a Qwen3-1.7B bf16 step: the time of every backend call, profile.txt), bench
 #            (bench/bench_gpu.sh: tandem vs PyTorch eager and compiled). `all` runs tests, then bench until the
 #            deadline (TANDEM_VERIFY_SECONDS, default 560 of the 600 a call may take); what did not fit is named in
 #            summary.txt with the call that runs it (`run bench`).
 #   results: $OUT/summary.txt (verdicts, last lines), env.txt (GPU, driver, libraries found, tandem env/topo),
-#            tests.log, bench.log, bench.jsonl, bench.md: 6 files, as the device tool brings back.
+#            tests.log, profile.txt, bench.log, bench.jsonl, bench.md: 7 files (the device tool brings back 8).
 set -u
 MODE=${1:-}
 PART=${2:-all}
@@ -164,6 +165,18 @@ run() {
       "$OUT/tests.log" \
       | head -60 >>"$OUT/summary.txt"
   fi
+  if [ "$PART" = all ] || [ "$PART" = profile ]; then
+    # where the step's time goes (backend_profile.h): every backend call timed, the device waited for after each
+    if [ "$(left)" -lt 120 ]; then
+      say "SKIPPED (time) profile: call again with run(command=\"sh scripts/gpu_verify.sh run profile\", carry=[\".gpu\"])"
+    else
+      TANDEM_PROFILE=1 timeout 110 "$G/bin/tandem" bench train --model-config "$REPO/bench/configs/qwen3-1.7b.json" \
+        --device cuda --bf16 --seq 2048 --batch 8 --steps 2 --warmup 1 >"$OUT/profile.txt" 2>&1
+      rc=$?
+      [ $rc -eq 0 ] || { failed="$failed profile"; say "FAIL profile (exit $rc): $(tail -n 1 "$OUT/profile.txt")"; }
+      grep -A 14 "^tandem: profile" "$OUT/profile.txt" >>"$OUT/summary.txt"
+    fi
+  fi
   if [ "$PART" = all ] || [ "$PART" = bench ]; then
     d=$(( $(left) - 20 ))
     if [ "$d" -lt 60 ]; then
@@ -186,5 +199,5 @@ run() {
 case "$MODE" in
 prepare) prepare ;;
 run) run ;;
-*) echo "usage: scripts/gpu_verify.sh prepare (here) | run [all|tests|bench] (on the device, \$OUT set)"; exit 1 ;;
+*) echo "usage: scripts/gpu_verify.sh prepare (here) | run [all|tests|profile|bench] (on the device, \$OUT set)"; exit 1 ;;
 esac

@@ -15,7 +15,8 @@
 # git), which tandem serves from there.
 # Images (vision-language data): libjpeg-turbo, libpng, libwebp (the decoders Debian's PIL uses); python3-pil, the
 # reference the image tests compare against. Image classifiers: python3-torchvision (the ResNet reference of
-# bench/bench_resnet.py and test_image_train), libdnnl-dev (oneDNN, measured against tandem's convolutions: bench/bench_conv.sh).
+# bench/bench_resnet.py and test_image_train), libdnnl-dev (oneDNN: the CPU backend's convolutions, a build and run-time
+# dependency; bench/bench_conv.sh times it against tandem's own im2col + GEMM).
 # qemu-user: test_isa_baseline runs what is carried to a GPU machine on an emulated Haswell (x86-64-v3).
 set -e
 PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libopenblas0-openmp libomp-dev \

@@ -1,5 +1,6 @@
 /* backend_select.c -- which backend a run computes on: the CPU, or (in a build with CUDA) one GPU per rank. */
 #include "backend/backend.h"
+#include "backend/backend_profile.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -44,7 +45,15 @@ double tn_backend_gpu_memory(int ordinal) {
 #endif
 }
 
+static const tn_backend *choose(const char *device, int bf16, int local_rank);
+
+/* TANDEM_PROFILE=1: the chosen backend with every call timed (backend_profile.h) */
 const tn_backend *tn_backend_select(const char *device, int bf16, int local_rank) {
+    const tn_backend *be = choose(device, bf16, local_rank);
+    return be && tn_backend_profile_wanted() ? tn_backend_profiled(be) : be;
+}
+
+static const tn_backend *choose(const char *device, int bf16, int local_rank) {
     int want_cuda = strcmp(device, "cuda") == 0, want_cpu = strcmp(device, "cpu") == 0;
     if (!want_cuda && !want_cpu && strcmp(device, "auto") != 0) {
         tn_err("device '%s' is not known (expected auto, cpu or cuda)", device);

@@ -1,6 +1,7 @@
-/* cpu_conv -- 2-D convolution on the CPU backend as im2col + one OpenBLAS GEMM over the whole batch (layout and
- * contract: image_kernels.h). Why not oneDNN: docs/image_classification.md (measured on CIFAR-sized ResNet-18
- * layers). The column matrix col [C*KH*KW, N*OH*OW] holds, in row (c, i, j), input channel c shifted by kernel tap
+/* cpu_conv -- convolution shapes (tn_conv_shape_finish), and 2-D convolution as im2col + one OpenBLAS GEMM over the
+ * whole batch (layout and contract: image_kernels.h): the backend runs oneDNN's (cpu_conv_dnnl.c, 2.8-5.5x faster
+ * per layer); this one stays as the independent second implementation test_unit_image_kernels holds to the same
+ * bounds and bench_conv measures against. The column matrix col [C*KH*KW, N*OH*OW] holds, in row (c, i, j), input channel c shifted by kernel tap
  * (i, j) at every output position, so
  *   forward   y  [OC, NP]  = w [OC, CKK] col [CKK, NP]
  *   weights   dw [OC, CKK] += dy [OC, NP] col^T
@@ -25,7 +26,7 @@ int tn_conv_shape_finish(tn_conv_shape *s) {
 
 static int is_pointwise(const tn_conv_shape *s) { return s->KH == 1 && s->KW == 1 && s->stride == 1 && s->pad == 0; }
 
-size_t tn_conv_scratch_floats(const tn_conv_shape *s) {
+size_t tn_cpu_conv_gemm_scratch_floats(const tn_conv_shape *s) {
     if (is_pointwise(s)) return 0; /* columns, then the gathered weights of the live taps */
     return (size_t)s->C * s->KH * s->KW * ((size_t)s->N * s->OH * s->OW + 2 * (size_t)s->OC);
 }
@@ -41,6 +42,11 @@ static int live_taps(const tn_conv_shape *s, int *taps) {
             if (hi && wj) taps[n++] = i * s->KW + j;
         }
     return n;
+}
+
+int tn_cpu_conv_has_dead_taps(const tn_conv_shape *s) {
+    int taps[TN_CONV_MAX_TAPS];
+    return live_taps(s, taps) < s->KH * s->KW;
 }
 
 /* wg [OC, C*nt] = the live taps' columns of w [OC, C, KH*KW] */
@@ -117,7 +123,7 @@ static void find_live(live *L, const tn_conv_shape *s, const float *w, float *wg
     }
 }
 
-void tn_cpu_conv2d_forward(float *y, const float *x, const float *w, const tn_conv_shape *s, float *scratch) {
+void tn_cpu_conv2d_gemm_forward(float *y, const float *x, const float *w, const tn_conv_shape *s, float *scratch) {
     const int NP = s->N * s->OH * s->OW;
     if (is_pointwise(s)) {
         tn_cpu_matmul(0, 0, s->OC, NP, s->C, 1.0f, w, s->C, x, NP, 0.0f, y, NP);
@@ -131,7 +137,7 @@ void tn_cpu_conv2d_forward(float *y, const float *x, const float *w, const tn_co
     tn_cpu_matmul(0, 0, s->OC, NP, CK, 1.0f, L.w, CK, col, NP, 0.0f, y, NP);
 }
 
-void tn_cpu_conv2d_backward(float *dx, int accumulate_dx, float *dw, const float *dy, const float *x, const float *w,
+void tn_cpu_conv2d_gemm_backward(float *dx, int accumulate_dx, float *dw, const float *dy, const float *x, const float *w,
                             const tn_conv_shape *s, float *scratch) {
     const int NP = s->N * s->OH * s->OW, K2 = s->KH * s->KW;
     if (is_pointwise(s)) { /* the columns are x itself, and dcol is dx */

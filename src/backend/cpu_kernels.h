@@ -20,10 +20,20 @@ void tn_cpu_rope_at(float *x, int T, int nheads, int hd, int ld, const int32_t *
                     const float *sin);
 void tn_cpu_attention_cached(float *out, const float *q, int ldq, const float *const *k, const float *const *v,
                              const int32_t *pos, int T, int H, int KV, int hd);
-/* convolution (cpu_conv.c): see image_kernels.h */
+/* convolution (cpu_conv_dnnl.c, on oneDNN; shapes with dead taps on im2col + GEMM): see image_kernels.h; scratch
+ * is used only by the latter (oneDNN's layouts live in the kernel's own arena) */
 void tn_cpu_conv2d_forward(float *y, const float *x, const float *w, const tn_conv_shape *s, float *scratch);
 void tn_cpu_conv2d_backward(float *dx, int accumulate_dx, float *dw, const float *dy, const float *x, const float *w,
                             const tn_conv_shape *s, float *scratch);
+/* the same contract as im2col + one OpenBLAS GEMM (cpu_conv.c), scratch of tn_cpu_conv_gemm_scratch_floats: the
+ * second, independent implementation test_unit_image_kernels checks and bench_conv times oneDNN against */
+size_t tn_cpu_conv_gemm_scratch_floats(const tn_conv_shape *s);
+/* 1 when some kernel tap of s only ever reads padding (e.g. 3x3 pad 1 on a 1x1 map): im2col leaves those out, where
+ * oneDNN computes all of them, so the backend runs such shapes on im2col + GEMM (faster there: bench_conv) */
+int tn_cpu_conv_has_dead_taps(const tn_conv_shape *s);
+void tn_cpu_conv2d_gemm_forward(float *y, const float *x, const float *w, const tn_conv_shape *s, float *scratch);
+void tn_cpu_conv2d_gemm_backward(float *dx, int accumulate_dx, float *dw, const float *dy, const float *x,
+                                 const float *w, const tn_conv_shape *s, float *scratch);
 extern const tn_image_kernels tn_cpu_image_table; /* cpu_image.c */
 /* Per-OpenMP-thread scratch of at least n floats (grown on demand, kept for the process lifetime). */
 float *tn_cpu_thread_scratch(int slot, size_t n);

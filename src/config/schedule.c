@@ -32,6 +32,17 @@ double tn_lr_at(tn_sched_type type, double base_lr, int step, int warmup_steps, 
     return base_lr * f;
 }
 
+double tn_lr_step_at(double base_lr, int step, int warmup_steps, int step_size, double gamma) {
+    if (step < warmup_steps) return base_lr * warmup_factor(step, warmup_steps);
+    return base_lr * pow(gamma, (double)((step - warmup_steps) / (step_size > 0 ? step_size : 1)));
+}
+
+double tn_lr_for(const tn_train_config *c, int step, int warmup_steps, int total_steps) {
+    if (c->lr_scheduler_type == TN_SCHED_STEP)
+        return tn_lr_step_at(c->learning_rate, step, warmup_steps, c->lr_step_size, c->lr_step_gamma);
+    return tn_lr_at(c->lr_scheduler_type, c->learning_rate, step, warmup_steps, total_steps);
+}
+
 int tn_warmup_steps(const tn_train_config *c, int total_steps) {
     if (c->no_warmup) return 0;
     if (c->warmup_steps > 0) return c->warmup_steps;
@@ -44,6 +55,7 @@ const char *tn_sched_name(tn_sched_type t) {
     case TN_SCHED_CONSTANT: return "constant_with_warmup";
     case TN_SCHED_LINEAR: return "linear";
     case TN_SCHED_COSINE: return "cosine";
+    case TN_SCHED_STEP: return "step";
     }
     return "unknown";
 }

@@ -61,6 +61,7 @@ static int set_finetuning_type(tn_train_config *c, const key_def *k, const char 
 static int set_lora_target(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_max_steps(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_scheduler(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_scheduler_kwargs(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_stage(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_eval_strategy(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_optim(tn_train_config *c, const key_def *k, const char *v, char *msg);
@@ -155,8 +156,10 @@ static const key_def KEYS[] = {
     {"num_train_epochs", NUM(num_train_epochs, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number", NULL},
     {"per_device_train_batch_size", INT(per_device_train_batch_size, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
     {"gradient_accumulation_steps", INT(gradient_accumulation_steps, 1, INT_MAX), 0, 0, "an integer >= 1", NULL},
-    {"lr_scheduler_type", CUSTOM(lr_scheduler_type), 0, 0, "one of constant, constant_with_warmup, linear, cosine",
-     set_scheduler},
+    {"lr_scheduler_type", CUSTOM(lr_scheduler_type), 0, 0,
+     "one of constant, constant_with_warmup, linear, cosine, step", set_scheduler},
+    {"lr_scheduler_kwargs", NOFIELD, 0, 0, "a comma list of step_size=N (optimizer steps, >= 1), gamma=G (> 0)",
+     set_scheduler_kwargs},
     {"warmup_ratio", NUM(warmup_ratio, 0, 1, 0, 0), 0, 0, "a number in [0, 1]", NULL},
     {"warmup_steps", INT(warmup_steps, 0, INT_MAX), 0, 0, "an integer >= 0", NULL},
     {"max_grad_norm", NUM(max_grad_norm, -HUGE_VAL, HUGE_VAL, 0, 0), 0, 0, "a number (<= 0 disables clipping)", NULL},
@@ -254,6 +257,7 @@ void tn_train_config_defaults(tn_train_config *c) {
     c->no_warmup = 0;
     c->warmup_ratio = 0;
     c->warmup_steps = 0;
+    c->lr_step_gamma = 0.1;
     c->max_grad_norm = 1.0;
     c->weight_decay = 0;
     c->adam_beta1 = 0.9;
@@ -483,14 +487,44 @@ static int set_scheduler(tn_train_config *c, const key_def *k, const char *v, ch
     else if (strcmp(s, "constant_with_warmup") == 0) c->lr_scheduler_type = TN_SCHED_CONSTANT, c->no_warmup = 0;
     else if (strcmp(s, "linear") == 0) c->lr_scheduler_type = TN_SCHED_LINEAR, c->no_warmup = 0;
     else if (strcmp(s, "cosine") == 0) c->lr_scheduler_type = TN_SCHED_COSINE, c->no_warmup = 0;
+    else if (strcmp(s, "step") == 0) c->lr_scheduler_type = TN_SCHED_STEP, c->no_warmup = 0;
     else {
         for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
             if (strcmp(s, later[i]) == 0) {
-                snprintf(msg, MSG_MAX, "key '%s': '%s' is not supported yet (use constant, constant_with_warmup, linear or cosine)",
+                snprintf(msg, MSG_MAX, "key '%s': '%s' is not supported yet (use constant, constant_with_warmup, linear, cosine or step)",
                          k->name, s);
                 return -1;
             }
         return expects(k, v, msg);
+    }
+    return 0;
+}
+
+/* lr_scheduler_kwargs for 'step': "step_size=N,gamma=G" (HF passes such kwargs to the scheduler's constructor) */
+static int set_scheduler_kwargs(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    char s[256], b[96];
+    if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
+    for (char *save = NULL, *item = strtok_r(s, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '='), *end = NULL;
+        while (*item == ' ') item++;
+        if (!eq) return expects(k, v, msg);
+        *eq = 0;
+        for (char *t = eq - 1; t >= item && *t == ' '; t--) *t = 0;
+        if (strcmp(item, "step_size") == 0) {
+            long n = strtol(eq + 1, &end, 10);
+            if (end == eq + 1 || n < 1 || n > INT_MAX) return expects(k, v, msg);
+            c->lr_step_size = (int)n;
+        } else if (strcmp(item, "gamma") == 0) {
+            double g = strtod(eq + 1, &end);
+            if (end == eq + 1 || !(g > 0) || !isfinite(g)) return expects(k, v, msg);
+            c->lr_step_gamma = g;
+        } else {
+            snprintf(msg, MSG_MAX, "key '%s': %s is not a kwarg tandem's schedules take (step_size, gamma)", k->name,
+                     shown(item, b, sizeof b));
+            return -1;
+        }
+        while (end && *end == ' ') end++;
+        if (end && *end) return expects(k, v, msg);
     }
     return 0;
 }
@@ -1116,6 +1150,9 @@ int tn_train_config_finish(tn_train_config *c) {
     if (c->eval_strategy != TN_EVAL_NO && c->val_size <= 0)
         return tn_err("%s: key 'eval_strategy' needs an evaluation set: set val_size", file);
     if (c->eval_steps <= 0) c->eval_steps = c->logging_steps;
+    if (c->lr_scheduler_type == TN_SCHED_STEP && c->lr_step_size < 1)
+        return tn_err("%s: key 'lr_scheduler_type' step needs lr_scheduler_kwargs: step_size=N (optimizer steps "
+                      "between decays; gamma=G, default 0.1)", file);
     note_report_to(c);
     for (int i = 0; i < NKEYS; i++) {
         const key_def *k = &KEYS[i];

@@ -14,7 +14,7 @@
 typedef enum { TN_FT_LORA, TN_FT_FULL } tn_finetuning_type;
 typedef enum { TN_STAGE_SFT, TN_STAGE_PT } tn_stage;
 typedef enum { TN_EVAL_NO, TN_EVAL_STEPS, TN_EVAL_EPOCH } tn_eval_strategy;
-typedef enum { TN_SCHED_CONSTANT, TN_SCHED_LINEAR, TN_SCHED_COSINE } tn_sched_type;
+typedef enum { TN_SCHED_CONSTANT, TN_SCHED_LINEAR, TN_SCHED_COSINE, TN_SCHED_STEP } tn_sched_type;
 typedef enum { TN_SAVE_STEPS, TN_SAVE_NO, TN_SAVE_EPOCH } tn_save_strategy;
 typedef enum { TN_SYNC_DDP, TN_SYNC_DILOCO } tn_sync_mode;
 
@@ -65,6 +65,8 @@ typedef struct {
                                            * 0 for 'constant_with_warmup' and the others */
     double warmup_ratio;                  /* default 0 */
     int warmup_steps;                     /* default 0; wins over warmup_ratio when > 0 (HF rule) */
+    int lr_step_size;                     /* 'step' schedule (torch StepLR): lr_scheduler_kwargs step_size= (steps) */
+    double lr_step_gamma;                 /* and gamma= (default 0.1, as StepLR) */
     double max_grad_norm;                 /* default 1.0; <= 0 disables clipping */
     double weight_decay;                  /* default 0 (HF) */
     double adam_beta1, adam_beta2, adam_epsilon; /* 0.9, 0.999, 1e-8 (HF) */
@@ -158,6 +160,11 @@ void tn_train_config_reword_note(tn_train_config *c, const char *key, const char
  * cosine: lr * max(0, 0.5 * (1 + cos(pi * progress))) ; constant (with warmup). step counts from 0
  * (the lr used for the first optimizer step is lr_at(0)). */
 double tn_lr_at(tn_sched_type type, double base_lr, int step, int warmup_steps, int total_steps);
+/* torch's StepLR stepped once per optimizer step (as HF's Trainer steps its scheduler), after HF's linear warmup:
+ * base_lr gamma^floor((step - warmup) / step_size). */
+double tn_lr_step_at(double base_lr, int step, int warmup_steps, int step_size, double gamma);
+/* c's schedule at step: tn_lr_at, or tn_lr_step_at with c's step_size and gamma for 'step' */
+double tn_lr_for(const tn_train_config *c, int step, int warmup_steps, int total_steps);
 /* HF: warmup_steps if > 0 else ceil(warmup_ratio * total_steps); 0 when c->no_warmup ('constant'). */
 int tn_warmup_steps(const tn_train_config *c, int total_steps);
 const char *tn_sched_name(tn_sched_type t); /* TN_SCHED_CONSTANT -> "constant_with_warmup" */

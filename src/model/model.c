@@ -227,7 +227,7 @@ size_t tn_model_grad_frontier(const tn_model *m, int g) {
 
 tn_model *tn_model_create(const tn_model_config *cfg, const tn_lora_config *lora, const tn_backend *be) {
     /* the vision tower's loops run on host memory: its GPU kernels come when they can be checked on a GPU */
-    if (cfg->vis.kind != TN_VL_NONE && be != tn_backend_cpu())
+    if (cfg->vis.kind != TN_VL_NONE && strcmp(be->name, "cpu") != 0)
         tn_die("model_type %s (vision-language) runs on the CPU backend only for now (the %s backend was chosen): "
                "set device: cpu (or TANDEM_DEVICE=cpu, --device cpu)", cfg->model_type, be->name ? be->name : "?");
     tn_model *m = tn_xcalloc(1, sizeof *m);

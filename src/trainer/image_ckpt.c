@@ -8,9 +8,12 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "model/safetensors.h"
@@ -85,4 +88,65 @@ int tn_image_ckpt_latest(const char *output_dir, char *out, size_t n) {
     }
     closedir(d);
     return best;
+}
+
+/* the checkpoint-N steps in output_dir, descending, into *steps (caller frees); their count */
+static int ckpt_steps(const char *output_dir, int **steps) {
+    *steps = NULL;
+    DIR *d = opendir(output_dir);
+    if (!d) return 0;
+    int n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        int k;
+        char tail;
+        if (sscanf(e->d_name, "checkpoint-%d%c", &k, &tail) != 1 || k < 0) continue;
+        if (n == cap) *steps = tn_xrealloc(*steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof **steps);
+        (*steps)[n++] = k;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) /* insertion sort, descending */
+        for (int j = i; j > 0 && (*steps)[j] > (*steps)[j - 1]; j--) {
+            int t = (*steps)[j];
+            (*steps)[j] = (*steps)[j - 1], (*steps)[j - 1] = t;
+        }
+    return n;
+}
+
+/* a checkpoint folder holds plain files only (tn_image_ckpt_save, plus a writer's temporaries): one pass checks that,
+ * the next removes them, then the folder; a folder with anything else in it (a sub-folder) is left whole, reported */
+static int rm_ckpt(const char *dir) {
+    int rc = 0;
+    for (int pass = 0; rc == 0 && pass < 2; pass++) {
+        DIR *d = opendir(dir);
+        if (!d) return tn_err("%s: cannot open to remove: %s", dir, strerror(errno));
+        for (struct dirent *e; rc == 0 && (e = readdir(d)) != NULL;) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            char *p = tn_path_join(dir, e->d_name);
+            struct stat st;
+            if (pass == 0 && (lstat(p, &st) != 0 || S_ISDIR(st.st_mode)))
+                rc = tn_err("%s: not a checkpoint file; the folder is not removed", p);
+            else if (pass == 1 && unlink(p) != 0)
+                rc = tn_err("%s: cannot remove: %s", p, strerror(errno));
+            free(p);
+        }
+        closedir(d);
+    }
+    if (rc == 0 && rmdir(dir) != 0) rc = tn_err("%s: cannot remove: %s", dir, strerror(errno));
+    return rc;
+}
+
+int tn_image_ckpt_prune(const char *output_dir, int limit) {
+    if (limit <= 0) return 0;
+    int *steps, n = ckpt_steps(output_dir, &steps), kept = 0, rc = 0;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "checkpoint-%d", steps[i]);
+        char *dir = tn_path_join(output_dir, name), *state = tn_path_join(dir, "trainer_state.json");
+        int complete = tn_file_exists(state);
+        if (complete && kept < limit) kept++;
+        else if (kept >= 1) rc = rm_ckpt(dir); /* never before a complete one is kept */
+        free(dir), free(state);
+    }
+    free(steps);
+    return rc;
 }

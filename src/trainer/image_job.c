@@ -279,6 +279,12 @@ static int train_step(image_job *j, const int64_t *perm, int64_t start, int gsiz
     return 0;
 }
 
+/* checkpoint-<step>/, then save_total_limit applied (HF: the newest N are kept) */
+static int save_checkpoint(image_job *j, int step) {
+    int rc = tn_image_ckpt_save(j->cfg->output_dir, step, j->m, j->opt_a, j->opt_b, j->be);
+    return rc ? rc : tn_image_ckpt_prune(j->cfg->output_dir, j->cfg->save_total_limit);
+}
+
 static int train(image_job *j) {
     const tn_train_config *c = j->cfg;
     int per_rank = c->per_device_train_batch_size * c->gradient_accumulation_steps;
@@ -302,7 +308,7 @@ static int train(image_job *j) {
         for (int b = step % steps_per_epoch; rc == 0 && b < steps_per_epoch && step < total; b++) {
             int64_t start = (int64_t)b * G;
             int gsize = (int)(n - start < G ? n - start : G);
-            double lr = tn_lr_at(c->lr_scheduler_type, c->learning_rate, step, warmup, total), loss = 0;
+            double lr = tn_lr_for(c, step, warmup, total), loss = 0;
             rc = train_step(j, perm, start, gsize, epoch, &loss);
             if (rc) break;
             double gn = grad_clip(j);
@@ -310,7 +316,7 @@ static int train(image_job *j) {
             optimizer_step(j, lr, step);
             window += loss, train_sum += loss, in_window++;
             if (c->save_strategy == TN_SAVE_STEPS && c->save_steps > 0 && step % c->save_steps == 0 && j->rank == 0)
-                rc = tn_image_ckpt_save(c->output_dir, step, j->m, j->opt_a, j->opt_b, j->be);
+                rc = save_checkpoint(j, step);
             if (step % logging == 0 || step == total) {
                 double e = tn_now() - j->t0, ep = (double)epoch + (double)(b + 1) / steps_per_epoch;
                 hms(e, el, sizeof el), hms(e / (step - first) * (total - step), rem, sizeof rem);
@@ -340,7 +346,7 @@ static int train(image_job *j) {
                 rc = tn_tb_scalar(j->tb, "eval/loss", eval_loss, step) || tn_tb_scalar(j->tb, "eval/accuracy", acc, step);
         }
         if (rc == 0 && c->save_strategy == TN_SAVE_EPOCH && step % steps_per_epoch == 0 && j->rank == 0)
-            rc = tn_image_ckpt_save(c->output_dir, step, j->m, j->opt_a, j->opt_b, j->be);
+            rc = save_checkpoint(j, step);
     }
     free(perm);
     if (rc || j->rank != 0) return rc;
@@ -412,9 +418,6 @@ int tn_image_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t confi
         if (!(j.tb = tn_tb_open(dir))) rc = -1;
         free(dir);
     }
-    if (rc == 0 && cfg->save_total_limit > 0)
-        rc = tn_err("%s: key 'save_total_limit': older checkpoints are not removed for image classifiers yet (every "
-                    "checkpoint-N is kept)", cfg->source_path);
     if (rc == 0 && cfg->optim_sgd) rc = parse_sgd_args(cfg, &j.sgd);
     if (rc == 0) rc = load_model(&j);
     if (rc == 0) rc = load_sets(&j, tn_resnet_cfg(j.m)->image_size);

@@ -70,6 +70,8 @@ void tn_recipe_of(const tn_train_config *c, int world, char *out, size_t n) {
     put(&w, "max_steps", "%d", c->max_steps);
     put(&w, "num_train_epochs", "%s", num(c->num_train_epochs, a));
     put(&w, "lr_scheduler_type", "%s", tn_train_config_sched_name(c));
+    if (c->lr_scheduler_type == TN_SCHED_STEP)
+        put(&w, "lr_scheduler_kwargs", "step_size=%d,gamma=%s", c->lr_step_size, num(c->lr_step_gamma, a));
     put(&w, "warmup_ratio", "%s", num(c->warmup_ratio, a));
     put(&w, "warmup_steps", "%d", c->warmup_steps);
     put(&w, "max_grad_norm", "%s", num(c->max_grad_norm, a));

@@ -73,7 +73,7 @@ static int next_logged(tn_strategy *s, tn_strategy_logged *out) {
     *out = (tn_strategy_logged){.step = d.step, .skipped = d.skipped, .tokens = (int64_t)d.tokens,
                                 .seen = (int64_t)d.seen, .loss = d.tokens > 0 ? d.loss_sum / d.tokens : 0.0,
                                 .grad_norm = d.grad_norm};
-    out->lr = tn_lr_at(cfg->lr_scheduler_type, cfg->learning_rate, d.step - 1, s->a.warmup_steps, s->a.total_steps);
+    out->lr = tn_lr_for(cfg, d.step - 1, s->a.warmup_steps, s->a.total_steps);
     return 1;
 }
 

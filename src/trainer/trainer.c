@@ -278,7 +278,7 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     st->comm_wait = tn_strategy_wait_s(t->sync);
     st->first_ready = tn_strategy_first_ready_s(t->sync);
     st->loss = targets > 0 ? counts[2] / (double)targets : 0.0;
-    st->lr = tn_lr_at(cfg->lr_scheduler_type, cfg->learning_rate, t->in.step, t->in.warmup_steps, t->in.total_steps);
+    st->lr = tn_lr_for(cfg, t->in.step, t->in.warmup_steps, t->in.total_steps);
     /* the summed gradients are bit-identical on every rank (DiLoCo: of the machine), so the norm, the skip
      * decision and the update are too (sharded: every rank adds the shards' sums of squares in the same order) */
     if (tn_strategy_clip(t->sync, cfg->max_grad_norm, &st->grad_norm) != 0)

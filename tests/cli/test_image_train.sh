@@ -9,7 +9,8 @@
 #  3. a record with label 10: one line naming the file and record, exit status 1;
 #  4. optim: sgd given to a language model: one line saying so;
 #  5. sync_bn: 2 ranks x 8 = 1 rank x 16 within the bound derived at the check;
-#  6. save_total_limit (not there yet for image classifiers): one line; report_to: tensorboard writes HF's tags;
+#  6. save_total_limit keeps the newest N checkpoint-* folders (HF); lr_scheduler_type: step decays as StepLR;
+#     report_to: tensorboard writes HF's tags;
 #  7. checkpoints and exact resume (byte-identical to the straight run);
 #  8. tandem launch --config_file (an accelerate config) with report_to: swanlab's one-line note.
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
@@ -110,10 +111,17 @@ check 'within 1e-2 "${wn:-0}"'
 rc=$?
 check '[ $rc -eq 1 ] && grep -q "key .optim.: sgd trains image classifiers" "$T/lm.log"'
 
-# 6. what the image job does not do yet is refused in one line, not ignored; TensorBoard
-"$BIN" train "$EX/image_demo.yaml" output_dir="$T/ck" save_steps=5 save_total_limit=2 >"$T/ck.log" 2>&1
-rc=$?
-check '[ $rc -eq 1 ] && grep -q "key .save_total_limit.: older checkpoints are not removed" "$T/ck.log"'
+# 6. save_total_limit as HF's Trainer: a checkpoint every step for 4 steps, limit 2: checkpoint-3 and -4 stay, 1 and 2
+#    go, and so does an incomplete older folder (no trainer_state.json) planted before the run; TensorBoard
+mkdir -p "$T/ck/checkpoint-0" && echo x >"$T/ck/checkpoint-0/model.safetensors"
+OMP_NUM_THREADS=2 "$BIN" train "$EX/image_demo.yaml" output_dir="$T/ck" overwrite_output_dir=false max_steps=4 \
+  save_steps=1 save_total_limit=2 >"$T/ck.log" 2>&1 || { echo "save_total_limit run failed:"; tail -3 "$T/ck.log"; }
+check '[ -s "$T/ck/checkpoint-3/trainer_state.json" ] && [ -s "$T/ck/checkpoint-4/trainer_state.json" ]'
+check '[ ! -e "$T/ck/checkpoint-1" ] && [ ! -e "$T/ck/checkpoint-2" ] && [ ! -e "$T/ck/checkpoint-0" ]'
+# lr_scheduler_type: step (torch StepLR per optimizer step): step_size 2, gamma 0.5 from 0.05: 0.05 0.05 0.025 0.025
+OMP_NUM_THREADS=2 "$BIN" train "$EX/image_demo.yaml" output_dir="$T/st" max_steps=4 logging_steps=1 learning_rate=0.05 \
+  lr_scheduler_type=step lr_scheduler_kwargs=step_size=2,gamma=0.5 >"$T/st.log" 2>&1 || { echo "step run failed:"; tail -3 "$T/st.log"; }
+check '[ "$(grep -o "\"lr\": [0-9.e-]*" "$T/st/trainer_log.jsonl" | tr "\n" " ")" = "\"lr\": 0.05 \"lr\": 0.05 \"lr\": 0.025 \"lr\": 0.025 " ]'
 # report_to: tensorboard: HF's tags, read back by tests/tools/tb_read.py (independent decoder)
 OMP_NUM_THREADS=2 "$BIN" train "$EX/image_demo.yaml" output_dir="$T/tb" report_to=tensorboard logging_dir="$T/tb/runs/x" \
   max_steps=4 logging_steps=2 >"$T/tb.log" 2>&1 || { echo "tensorboard run failed:"; tail -3 "$T/tb.log"; }

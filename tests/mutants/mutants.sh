@@ -39,7 +39,7 @@ fi
 # the generation and dashboard tests must pass unmutated too
 for t in test_unit_kv_generate test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed \
   test_unit_sync_device test_unit_frozen_ranges test_unit_comm_shared_gpu test_unit_memory_check test_unit_ifname \
-  test_unit_nonfinite test_unit_size_limits; do
+  test_unit_nonfinite test_unit_size_limits test_unit_backend_profile; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -78,6 +78,12 @@ mutant adamw-eps-inside-sqrt backend/cpu_backend.c \
 mutant weight-decay-on-norm-weights model/model.c \
   'p->decay = ndim >= 2;' \
   'p->decay = ndim >= 2 || strstr(p->name, "norm") != NULL;'
+mutant profiled-matmul-drops-beta backend/backend_profile.c \
+  'g_inner->matmul(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);' \
+  'g_inner->matmul(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta * 0 + 1.0f, C, ldc);' test_unit_backend_profile
+mutant profiled-call-counted-twice backend/backend_profile.c \
+  'g_calls[op]++;' \
+  'g_calls[op] += 2;' test_unit_backend_profile
 mutant loss-total-not-cleared-after-read backend/cpu_backend.c \
   'g_ce_loss = 0.0, g_ce_count = 0;' \
   'g_ce_count = 0;'
@@ -161,9 +167,9 @@ elif build_and_run test_parity_resnet; then
   mutant bn-running-var-takes-biased-variance backend/cpu_image.c '(float)(ss / (M - 1))' '(float)(ss / M)' \
     test_parity_resnet
   mutant resnet-stem-padding-off-by-one model/resnet.c 'w, 7, 2, 3);' 'w, 7, 2, 2);' test_parity_resnet
-  mutant conv-im2col-padding-off-by-one backend/cpu_conv.c 'int h = oh * s->stride - s->pad + i;
-                float *row' 'int h = oh * s->stride - s->pad + 1 + i;
-                float *row' test_parity_resnet
+  mutant conv-onednn-activations-read-as-nchw backend/cpu_conv_dnnl.c \
+    'st = {(dnnl_dim_t)H * W, (dnnl_dim_t)N * H * W, W, 1};' 'st = {(dnnl_dim_t)Ch * H * W, (dnnl_dim_t)H * W, W, 1};' \
+    test_parity_resnet
   mutant resnet-downsample-stride-1 model/resnet.c 'in, out, 1, stride, 0);' 'in, out, 1, 1, 0);' test_parity_resnet
   mutant bn-momentum-keras-convention backend/cpu_image.c \
     'run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * m;
@@ -185,6 +191,17 @@ mutant normalize-multiplies-by-std data/image_augment.c '(v - m) / sd;' '(v - m)
 mutant cifar-planes-read-as-hwc data/cifar_bin.c 'memcpy(s->px + (size_t)(s->n + r) * CIFAR_PIXELS, rec + 1, CIFAR_PIXELS);' \
   'for (int q = 0; q < CIFAR_PIXELS; q++) s->px[(size_t)(s->n + r) * CIFAR_PIXELS + q] = rec[1 + q % 3 * 1024 + q / 3];' \
   test_unit_image_set
+mutant conv-im2col-padding-off-by-one backend/cpu_conv.c 'int h = oh * s->stride - s->pad + i;
+                float *row' 'int h = oh * s->stride - s->pad + 1 + i;
+                float *row' test_unit_image_kernels
+mutant conv-onednn-weight-gradient-overwritten backend/cpu_conv_dnnl.c 'port_out(&e->w_dw, 1, s);' \
+  'port_out(&e->w_dw, 0, s);' test_unit_image_kernels
+mutant image-ckpt-prune-keeps-one-more trainer/image_ckpt.c 'if (complete && kept < limit) kept++;' \
+  'if (complete && kept <= limit) kept++;' test_unit_image_ckpt
+mutant image-ckpt-prune-removes-newer-incomplete trainer/image_ckpt.c 'else if (kept >= 1) rc = rm_ckpt(dir);' \
+  'else rc = rm_ckpt(dir);' test_unit_image_ckpt
+mutant step-lr-ignores-warmup config/schedule.c 'pow(gamma, (double)((step - warmup_steps) /' 'pow(gamma, (double)(step /' \
+  test_unit_schedule
 mutant syncbn-running-var-local-count backend/cpu_image.c 'float unbiased = n > 1 ? (float)(var * n / (n - 1)) : (float)var;' \
   'float unbiased = M > 1 ? (float)(var * M / (M - 1)) : (float)var;' test_unit_image_kernels
 mutant syncbn-dgamma-from-global-sums backend/cpu_image.c '        dgamma[c] += (float)sdyx;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_kernels.h"
 #include "backend/image_kernels.h"
 #include "core/core.h"
 #include "testlib.h"
@@ -38,18 +39,30 @@ static double at(const float *x, const tn_conv_shape *s, int c, int n, int h, in
     return x[(((size_t)c * s->N + n) * s->H + h) * s->W + w];
 }
 
+/* a convolution implementation under test: the backend's table (oneDNN, whose summation order is its own, so the
+ * input gradient is held to the any-order bound over all OC K^2 products; shapes with dead taps go to im2col there)
+ * or tandem's im2col + GEMM (cpu_conv.c: OC-long GEMM sums, then at most K^2 taps added by col2im) */
+typedef struct {
+    const char *name;
+    void (*fwd)(float *, const float *, const float *, const tn_conv_shape *, float *);
+    void (*bwd)(float *, int, float *, const float *, const float *, const float *, const tn_conv_shape *, float *);
+    size_t (*scratch)(const tn_conv_shape *);
+    int any_order;
+} conv_impl;
+static const conv_impl *impl;
+
 static void check_conv(int N, int C, int H, int W, int OC, int K, int stride, int pad) {
     tn_conv_shape s = {.N = N, .C = C, .H = H, .W = W, .OC = OC, .KH = K, .KW = K, .stride = stride, .pad = pad};
     CHECK(tn_conv_shape_finish(&s) == 0);
     CHECK(s.OH == (H + 2 * pad - K) / stride + 1 && s.OW == (W + 2 * pad - K) / stride + 1);
     size_t nx = (size_t)C * N * H * W, nw = (size_t)OC * C * K * K, ny = (size_t)OC * N * s.OH * s.OW;
     float *x = buf(nx), *w = buf(nw), *y = buf(ny), *dy = buf(ny), *dx = buf(nx), *dw = buf(nw);
-    float *scratch = buf(tn_conv_scratch_floats(&s));
+    float *scratch = buf(impl->scratch(&s));
     fill(x, nx, -1, 1), fill(w, nw, -1, 1), fill(dy, ny, -1, 1), fill(dw, nw, -0.5, 0.5);
     float *dw0 = malloc(nw * sizeof *dw0);
     memcpy(dw0, dw, nw * sizeof *dw0);
-    ik->conv2d_forward(y, x, w, &s, scratch);
-    ik->conv2d_backward(dx, 0, dw, dy, x, w, &s, scratch);
+    impl->fwd(y, x, w, &s, scratch);
+    impl->bwd(dx, 0, dw, dy, x, w, &s, scratch);
     const int CKK = C * K * K, NP = N * s.OH * s.OW;
     int bad = 0;
     /* forward: y[oc, n, oh, ow] = sum_{c,i,j} w[oc, c, i, j] x[c, n, oh*stride - pad + i, ow*stride - pad + j] */
@@ -68,7 +81,7 @@ static void check_conv(int N, int C, int H, int W, int OC, int K, int stride, in
                     double got = y[(((size_t)oc * N + n) * s.OH + oh) * s.OW + ow];
                     bad += fabs(got - ref) > (CKK + 2) * U * abs;
                 }
-    CHECKF(bad == 0, "conv %dx%d/%d pad %d forward: %d outputs beyond (K+2) u sum|products|", K, K, stride, pad, bad);
+    CHECKF(bad == 0, "%s conv %dx%d/%d pad %d forward: %d outputs beyond (K+2) u sum|products|", impl->name, K, K, stride, pad, bad);
     /* weight gradient: dw[oc, c, i, j] += sum_{n,oh,ow} dy[oc, n, oh, ow] x[c, n, oh*stride - pad + i, ...] */
     bad = 0;
     for (int oc = 0; oc < OC; oc++)
@@ -86,7 +99,7 @@ static void check_conv(int N, int C, int H, int W, int OC, int K, int stride, in
                             }
                     bad += fabs(dw[k] - ref) > (NP + 2) * U * abs;
                 }
-    CHECKF(bad == 0, "conv %dx%d/%d pad %d weight gradient: %d elements beyond the bound", K, K, stride, pad, bad);
+    CHECKF(bad == 0, "%s conv %dx%d/%d pad %d weight gradient: %d elements beyond the bound", impl->name, K, K, stride, pad, bad);
     /* input gradient: dx[c, n, h, w] = sum over (oc, oh, ow, i, j) with h = oh*stride - pad + i, ... */
     double *rx = calloc(nx, sizeof *rx), *ax = calloc(nx, sizeof *ax);
     for (int oc = 0; oc < OC; oc++)
@@ -103,16 +116,17 @@ static void check_conv(int N, int C, int H, int W, int OC, int K, int stride, in
                                            dy[(((size_t)oc * N + n) * s.OH + oh) * s.OW + ow];
                                 rx[e] += t, ax[e] += fabs(t);
                             }
+    const int terms = impl->any_order ? OC * K * K : OC + K * K; /* input gradient: the bound's length */
     bad = 0;
-    for (size_t e = 0; e < nx; e++) bad += fabs(dx[e] - rx[e]) > (OC + K * K + 2) * U * ax[e];
-    CHECKF(bad == 0, "conv %dx%d/%d pad %d input gradient: %d elements beyond the bound", K, K, stride, pad, bad);
+    for (size_t e = 0; e < nx; e++) bad += fabs(dx[e] - rx[e]) > (terms + 2) * U * ax[e];
+    CHECKF(bad == 0, "%s conv %dx%d/%d pad %d input gradient: %d elements beyond the bound", impl->name, K, K, stride, pad, bad);
     /* accumulate_dx adds to what dx holds */
     float *dx2 = buf(nx);
     for (size_t e = 0; e < nx; e++) dx2[e] = 1.0f;
-    ik->conv2d_backward(dx2, 1, NULL, dy, x, w, &s, scratch);
+    impl->bwd(dx2, 1, NULL, dy, x, w, &s, scratch);
     bad = 0;
-    for (size_t e = 0; e < nx; e++) bad += fabs(dx2[e] - 1.0 - rx[e]) > (OC + K * K + 3) * U * (ax[e] + 1.0);
-    CHECKF(bad == 0, "conv %dx%d/%d pad %d accumulated input gradient: %d elements off", K, K, stride, pad, bad);
+    for (size_t e = 0; e < nx; e++) bad += fabs(dx2[e] - 1.0 - rx[e]) > (terms + 3) * U * (ax[e] + 1.0);
+    CHECKF(bad == 0, "%s conv %dx%d/%d pad %d accumulated input gradient: %d elements off", impl->name, K, K, stride, pad, bad);
     free(rx), free(ax), free(dw0);
     float *all[] = {x, w, y, dy, dx, dw, scratch, dx2};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be->free(all[i]);
@@ -355,14 +369,23 @@ int main(void) {
     CHECK(ik != NULL);
     if (!ik) return tl_done("test_unit_image_kernels");
     tn_rng_seed(&rng, 30);
-    check_conv(3, 2, 11, 9, 4, 7, 2, 3); /* ResNet's stem shape, scaled */
-    check_conv(3, 3, 7, 6, 5, 3, 2, 1);
-    check_conv(2, 4, 5, 5, 3, 3, 1, 1);
-    check_conv(3, 4, 5, 7, 6, 1, 2, 0); /* downsample */
-    check_conv(2, 5, 3, 4, 3, 1, 1, 0); /* pointwise: no columns */
-    check_conv(3, 4, 1, 1, 5, 3, 1, 1); /* 1x1 map, 3x3 pad 1: only the centre tap is live */
-    check_conv(2, 3, 2, 2, 4, 3, 2, 1); /* 2x2 map, 3x3/2 pad 1: 4 live taps */
-    check_conv(2, 3, 2, 3, 2, 5, 1, 2); /* 2x3 map, 5x5 pad 2: partly dead rows and columns */
+    const conv_impl impls[] = {
+        {"backend (oneDNN; im2col where taps are dead)", ik->conv2d_forward, ik->conv2d_backward, tn_conv_scratch_floats, 1},
+        {"im2col + GEMM", tn_cpu_conv2d_gemm_forward, tn_cpu_conv2d_gemm_backward, tn_cpu_conv_gemm_scratch_floats, 0}};
+    for (int k = 0; k < 2; k++) {
+        impl = &impls[k];
+        check_conv(3, 2, 11, 9, 4, 7, 2, 3); /* ResNet's stem shape, scaled */
+        check_conv(3, 3, 7, 6, 5, 3, 2, 1);
+        check_conv(2, 4, 5, 5, 3, 3, 1, 1);
+        check_conv(3, 4, 5, 7, 6, 1, 2, 0); /* downsample */
+        check_conv(2, 5, 3, 4, 3, 1, 1, 0); /* pointwise: no columns */
+        check_conv(3, 4, 1, 1, 5, 3, 1, 1); /* 1x1 map, 3x3 pad 1: only the centre tap is live */
+        check_conv(2, 3, 2, 2, 4, 3, 2, 1); /* 2x2 map, 3x3/2 pad 1: 4 live taps */
+        check_conv(2, 3, 2, 3, 2, 5, 1, 2); /* 2x3 map, 5x5 pad 2: partly dead rows and columns */
+        check_conv(4, 32, 8, 8, 32, 3, 1, 1);  /* channels enough for oneDNN's blocked (16-channel) kernels */
+        check_conv(3, 16, 9, 8, 32, 3, 2, 1);  /* a stage's first convolution, odd map */
+        check_conv(3, 16, 9, 8, 32, 1, 2, 0);  /* and its downsample */
+    }
     tn_conv_shape bad = {.N = 1, .C = 1, .H = 2, .W = 2, .OC = 1, .KH = 5, .KW = 5, .stride = 1, .pad = 1};
     CHECK(tn_conv_shape_finish(&bad) == -1);
     check_batchnorm();

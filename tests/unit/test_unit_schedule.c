@@ -118,7 +118,33 @@ static void names(void) {
     CHECK(strcmp(tn_train_config_sched_name(&c), "cosine") == 0);
 }
 
+/* 'step': torch.optim.lr_scheduler.StepLR(step_size, gamma) stepped once per optimizer step, after HF's linear warmup;
+ * values by hand: lr gamma^floor((step - warmup) / step_size) */
+static void step_lr(void) {
+    const double lr = 0.1;
+    CHECK_NEAR(tn_lr_step_at(lr, 0, 0, 3, 0.5), 0.1, TOL);
+    CHECK_NEAR(tn_lr_step_at(lr, 2, 0, 3, 0.5), 0.1, TOL);
+    CHECK_NEAR(tn_lr_step_at(lr, 3, 0, 3, 0.5), 0.05, TOL);
+    CHECK_NEAR(tn_lr_step_at(lr, 5, 0, 3, 0.5), 0.05, TOL);
+    CHECK_NEAR(tn_lr_step_at(lr, 6, 0, 3, 0.5), 0.025, TOL);
+    CHECK_NEAR(tn_lr_step_at(lr, 9, 0, 3, 0.1), 1e-4, 1e-18);
+    /* warmup 4: 0, 0.025, 0.05, 0.075, then 0.1 for 3 steps (4..6), 0.05 from step 7 */
+    CHECK_NEAR(tn_lr_step_at(lr, 1, 4, 3, 0.5), 0.025, TOL);
+    CHECK_NEAR(tn_lr_step_at(lr, 4, 4, 3, 0.5), 0.1, TOL);
+    CHECK_NEAR(tn_lr_step_at(lr, 6, 4, 3, 0.5), 0.1, TOL);
+    CHECK_NEAR(tn_lr_step_at(lr, 7, 4, 3, 0.5), 0.05, TOL);
+    /* through the config: tn_lr_for picks it (and the other types go to tn_lr_at) */
+    tn_train_config c;
+    memset(&c, 0, sizeof c);
+    c.learning_rate = 0.2, c.lr_scheduler_type = TN_SCHED_STEP, c.lr_step_size = 2, c.lr_step_gamma = 0.1;
+    CHECK_NEAR(tn_lr_for(&c, 3, 0, 100), 0.02, TOL);
+    CHECK(strcmp(tn_sched_name(TN_SCHED_STEP), "step") == 0);
+    c.lr_scheduler_type = TN_SCHED_LINEAR;
+    CHECK_NEAR(tn_lr_for(&c, 50, 0, 100), tn_lr_at(TN_SCHED_LINEAR, 0.2, 50, 0, 100), 0);
+}
+
 int main(void) {
+    step_lr();
     linear();
     cosine();
     constant();

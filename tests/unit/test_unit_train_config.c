@@ -258,6 +258,16 @@ static void value_forms(void) {
            "lora_target '%s'", c.lora_target);
     CHECK(tn_train_config_parse("lr_scheduler_type: constant\n", "s.yaml", &c) == 0);
     CHECK(c.lr_scheduler_type == TN_SCHED_CONSTANT && c.no_warmup == 1);
+    /* 'step' (torch StepLR): step_size and gamma through lr_scheduler_kwargs; gamma defaults to StepLR's 0.1 */
+    CHECK(tn_train_config_parse("model_config: x.json\noutput_dir: o\nlr_scheduler_type: step\n"
+                                "lr_scheduler_kwargs: step_size=30, gamma=0.5\n", "s.yaml", &c) == 0);
+    CHECK(c.lr_scheduler_type == TN_SCHED_STEP && c.lr_step_size == 30 && c.lr_step_gamma == 0.5);
+    CHECK(tn_train_config_finish(&c) == 0);
+    CHECK(tn_train_config_parse("model_config: x.json\noutput_dir: o\nlr_scheduler_type: step\n"
+                                "lr_scheduler_kwargs: step_size=7\n", "s.yaml", &c) == 0);
+    CHECK(c.lr_step_size == 7 && c.lr_step_gamma == 0.1);
+    CHECK(tn_train_config_parse("model_config: x.json\noutput_dir: o\nlr_scheduler_type: step\n", "s.yaml", &c) == 0);
+    CHECK(tn_train_config_finish(&c) == -1 && strstr(tn_errmsg(), "step_size=N") != NULL);
     /* an explicit document marker and comments are fine */
     CHECK(tn_train_config_parse("# job\n---\nseed: 3\n...\n", "doc.yaml", &c) == 0 && c.seed == 3);
 }
@@ -325,6 +335,10 @@ static void errors(void) {
     expect_error("finetuning_type: qlora\n", "demo.yaml:1: key 'finetuning_type' expects one of lora, full, got 'qlora'",
                  NULL, NULL, NULL);
     expect_error("lr_scheduler_type: polynomial\n", NULL, "demo.yaml:1:", "'lr_scheduler_type'", "not supported yet");
+    expect_error("lr_scheduler_kwargs: step_size=0\n", NULL, "demo.yaml:1:", "'lr_scheduler_kwargs'", "step_size=0");
+    expect_error("lr_scheduler_kwargs: gamma=-1\n", NULL, "demo.yaml:1:", "'lr_scheduler_kwargs'", "gamma=-1");
+    expect_error("lr_scheduler_kwargs: step_size=3x\n", NULL, "demo.yaml:1:", "'lr_scheduler_kwargs'", NULL);
+    expect_error("lr_scheduler_kwargs: last_epoch=3\n", NULL, "demo.yaml:1:", "'lr_scheduler_kwargs'", "last_epoch");
     expect_error("lr_scheduler_type: Cosine\n", NULL, "demo.yaml:1:", "'lr_scheduler_type'", "'Cosine'");
     expect_error("seed: 1\nlora_target: q_proj,qkv_proj\n", NULL, "demo.yaml:2:", "'lora_target'", "'qkv_proj'");
     expect_error("lora_target: [q_proj, gate_prj]\n", NULL, "demo.yaml:1:", "'gate_prj'", "did you mean 'gate_proj'?");
