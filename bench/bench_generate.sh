@@ -12,6 +12,7 @@ THREADS=${1:-2}
 CONFIG=$(cd "$(dirname "${2:-$HERE/configs/qwen3-0.6b.json}")" && pwd)/$(basename "${2:-$HERE/configs/qwen3-0.6b.json}")
 NEW=${3:-64,256,1024}
 BIN=${TANDEM_BIN:-$ROOT/build/tandem}
+. "$ROOT/bench/same_blas_kernel.sh" && same_blas_kernel "$BIN"
 REF=${TANDEM_SHARED_DIR:-$ROOT/../shared}/ref
 echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# tandem: $BIN bench generate --model-config $CONFIG --prompt 128 --new $NEW --prefill 512 (OMP_NUM_THREADS=$THREADS)"

@@ -7,6 +7,8 @@ set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 T=${1:-$(nproc)} B=${2:-64} S=${3:-10}
 [ -f "$ROOT/build/libtandem_core.a" ] || { echo "bench_resnet: build first (cmake -S . -B build && cmake --build build)"; exit 1; }
+. "$ROOT/bench/same_blas_kernel.sh"
+[ ! -x "$ROOT/build/tandem" ] || same_blas_kernel "$ROOT/build/tandem"
 BIN=$(mktemp "${TMPDIR:-/tmp}/bench_resnet.XXXXXX")
 trap 'rm -f "$BIN"' EXIT INT TERM
 cc -O2 -fopenmp -I"$ROOT/src" "$ROOT/bench/bench_resnet_step.c" "$ROOT/build/libtandem_core.a" -o "$BIN" \

@@ -8,5 +8,6 @@ if [ ! -x "$here/../build/tandem" ]; then
   echo "bench_train.sh: build/tandem not found: run \`make build\` first" >&2
   exit 1
 fi
+. "$here/same_blas_kernel.sh" && same_blas_kernel "$here/../build/tandem"
 export BENCH_TRAIN_LAUNCHER="$0"
 exec /usr/bin/python3 "$here/bench_train.py" "$@"

@@ -306,7 +306,8 @@ int tn_cmd_bench(int argc, char **argv) {
     if (argc >= 1 && strcmp(argv[0], "train") == 0) rc = bench_train(argc - 1, argv + 1);
     else if (argc >= 1 && strcmp(argv[0], "sgemm") == 0) rc = bench_sgemm(argc - 1, argv + 1);
     else if (argc >= 1 && strcmp(argv[0], "generate") == 0) return tn_cmd_bench_generate(argc - 1, argv + 1);
-    else rc = tn_err("bench: expected 'train', 'sgemm', 'generate' or 'allreduce'");
+    else if (argc >= 1 && strcmp(argv[0], "vl") == 0) return tn_cmd_bench_vl(argc - 1, argv + 1);
+    else rc = tn_err("bench: expected 'train', 'sgemm', 'generate', 'vl' or 'allreduce'");
     if (rc != 0) {
         fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
         return 1;

@@ -222,9 +222,16 @@ int tn_env_collect(tn_env_row rows[TN_ENV_MAX_ROWS]) {
     numa_nodes(buf, 224);
     add(rows, &n, "NUMA nodes", "%s", buf);
     add(rows, &n, "OpenBLAS", "%s", openblas_get_config());
-    const char *forced = getenv("OPENBLAS_CORETYPE");
-    add(rows, &n, "OpenBLAS core type", "%s%s%s%s", openblas_get_corename(), forced ? " (OPENBLAS_CORETYPE=" : "",
-        forced ? forced : "", forced ? ")" : "");
+    /* main.c's choice ("SET:OPENBLAS'S"), when OPENBLAS_CORETYPE is still what it set (not a user's, nor one that
+     * came with the variables another machine's tandem forwarded) */
+    const char *forced = getenv("OPENBLAS_CORETYPE"), *choice = getenv("TANDEM_OPENBLAS_CHOICE");
+    const char *colon = choice ? strchr(choice, ':') : NULL;
+    if (forced && colon && strlen(forced) == (size_t)(colon - choice) && strncmp(forced, choice, strlen(forced)) == 0)
+        add(rows, &n, "OpenBLAS core type", "%s (OPENBLAS_CORETYPE=%s set by tandem: OpenBLAS chose %s, its fallback "
+            "for a CPU model it does not know)", openblas_get_corename(), forced, colon + 1);
+    else
+        add(rows, &n, "OpenBLAS core type", "%s%s%s%s", openblas_get_corename(), forced ? " (OPENBLAS_CORETYPE=" : "",
+            forced ? forced : "", forced ? ")" : "");
     int par = openblas_get_parallel();
     add(rows, &n, "OpenBLAS threads", "%d (%s)", openblas_get_num_threads(),
         par == 0 ? "sequential" : par == 1 ? "pthreads" : par == 2 ? "OpenMP" : "?");

@@ -165,6 +165,19 @@ static const page PAGES[] = {
      "  --batch B            sequences decoded together (default 1)\n"
      "  --prefill P          tokens of the prefill measurement, 0 to skip (default 512)\n"
      "  --help, -h           this page\n"},
+    {"bench", "vl", "bench vl --model-config FILE [--batch B] [--seq S] [--images K] [--image-size PX] [--full] "
+                    "[--lora-rank R] [--steps N] [--warmup N]",
+     "time a vision-language training step on random weights, tokens and images; one JSON line with tok/s and the "
+     "vision tower's share (bench/bench_vl.sh compares with PyTorch)",
+     "  --model-config FILE  a Qwen2-VL, Qwen2.5-VL or Qwen3-VL config.json (bench/configs/qwen2-vl-bench.json)\n"
+     "  --batch B, --seq S   rows per step and their length (default 2 x 256)\n"
+     "  --images K           images per row (default 1)\n"
+     "  --image-size PX      square images of PX pixels, a multiple of patch x merge (default 224)\n"
+     "  --full               full fine-tuning, nothing frozen (default: LoRA r 8, tower and projector frozen)\n"
+     "  --lora-rank R        LoRA rank (default 8, alpha 2R)\n"
+     "  --steps N            timed steps (default 3)\n"
+     "  --warmup N           untimed steps first (default 1)\n"
+     "  --help, -h           this page\n"},
     {"bench", "sgemm", "bench sgemm [--n N]", "measured fp32 sgemm peak (best of 10), one JSON line",
      "  --n N           matrix size (default 2048)\n"
      "  --help, -h      this page\n"},

@@ -149,6 +149,9 @@ int tn_acts_set_images(tn_acts *a, const tn_mm_batch *mm, char *err, size_t errl
  * "patch_embeds", "pos_embeds", "vision_blocks_out" [N, E], "image_embeds", "deepstack.K" [M, D]; NULL when absent
  * (tests). */
 const float *tn_acts_intermediate(const tn_acts *a, const char *name, int *rows, int *cols);
+/* Wall-clock seconds this workspace's vision tower spent in forward and in backward since it was created (0 for a
+ * text model): `bench vl` reports the tower's share of a step from them. */
+void tn_acts_vision_seconds(const tn_acts *a, double *fwd_s, double *bwd_s);
 
 /* Forward + cross-entropy + backward for one micro-batch [B, S] (HF label convention: position t is
  * scored against labels[t + 1]; -100 ignored). Gradients are ACCUMULATED into m->grad, scaled by

@@ -426,6 +426,10 @@ const float *tn_acts_intermediate(const tn_acts *a, const char *name, int *rows,
     return a->va ? tn_vision_intermediate(a->va, name, rows, cols) : NULL;
 }
 
+void tn_acts_vision_seconds(const tn_acts *a, double *fwd_s, double *bwd_s) {
+    tn_vision_seconds(a->va, fwd_s, bwd_s);
+}
+
 static void vl_grad_buffers(const tn_model *m, tn_acts *a) {
     size_t n = (size_t)a->n_img * m->D;
     a->dimg = tn_xrealloc(a->dimg, (n ? n : 1) * sizeof *a->dimg);

@@ -6,10 +6,12 @@
  * sqrt(hv)) v per segment and head [N, E]; h = x + att Wp^T + bp; xn2 = norm2(h); pre = xn2 W1^T + b1 [N, I | 2I];
  * act = f(pre) [N, I]; x' = h + act W2^T + b2. Norms: LayerNorm (eps 1e-6), Qwen2.5-VL RMSNorm. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/vmath.h"
 #include "core/core.h"
 #include "model/model.h"
 #include "model/vision_internal.h"
@@ -97,7 +99,15 @@ static double act_d(int kind, double x, double *d) {
     }
 }
 
+/* quick_gelu and silu, the towers' hot activations, in float with the vectorisable exp (vmath.h); the erf and tanh
+ * GELUs (Qwen3-VL's MLP, the mergers) in double */
 void tn_vact_forward(int kind, float *y, const float *x, size_t n) {
+    if (kind == ACT_QUICK || kind == ACT_SILU) {
+        float k = kind == ACT_QUICK ? 1.702f : 1.0f;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) y[i] = x[i] * tn_sigmoidf(k * x[i]);
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         double d;
@@ -105,8 +115,17 @@ void tn_vact_forward(int kind, float *y, const float *x, size_t n) {
     }
 }
 
-/* dx = dy * f'(x) */
+/* dx = dy * f'(x); f'(x) = s + k x s (1 - s), s = sigmoid(k x), for quick_gelu (k 1.702) and silu (k 1) */
 void tn_vact_backward(int kind, float *dx, const float *dy, const float *x, size_t n) {
+    if (kind == ACT_QUICK || kind == ACT_SILU) {
+        float k = kind == ACT_QUICK ? 1.702f : 1.0f;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            float sg = tn_sigmoidf(k * x[i]);
+            dx[i] = dy[i] * (sg + k * x[i] * sg * (1.0f - sg));
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         double d;
@@ -133,65 +152,67 @@ void tn_vlinear_backward(const tn_model *m, float *dx, float *dW, float *db, con
 
 /* ---------------------------------------------------------------- attention inside segments */
 
-static void softmax_rows(float *s, int n) {
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        float *r = s + (size_t)i * n, mx = r[0];
-        for (int j = 1; j < n; j++) mx = r[j] > mx ? r[j] : mx;
-        double sum = 0;
-        for (int j = 0; j < n; j++) sum += (r[j] = expf(r[j] - mx));
-        float inv = (float)(1.0 / sum);
+/* One task per (segment, head), in parallel (the matrix products inside a task then run on one thread each): a
+ * 2 x 2 image's segment has 4 rows and a large one thousands, so per-product threading of small products would
+ * spend the time in start-up. Rows go in blocks of TN_VATT_BLOCK, so a thread holds [TN_VATT_BLOCK, n] of
+ * probabilities (va->P, va->dP: one such slice per thread) and never [n, n]. */
+
+/* P [nr, n] = softmax(q[r0 .. r0+nr) k^T / sqrt(hv)) over the segment's n keys */
+static void block_probs(const tn_model *m, float *P, const float *q, const float *k, int ld, int r0, int nr, int n,
+                        int hv) {
+    m->be->matmul(0, 1, nr, n, hv, 1.0f / sqrtf((float)hv), q + (size_t)r0 * ld, ld, k, ld, 0.0f, P, n);
+    for (int i = 0; i < nr; i++) {
+        float *r = P + (size_t)i * n, inv = 1.0f / tn_exp_shift_sum(r, n, tn_max(r, n));
         for (int j = 0; j < n; j++) r[j] *= inv;
     }
 }
 
-/* probabilities P [n, n] of head h over segment rows [a, a+n) of qkv [N, 3E] */
-static void seg_probs(const tn_model *m, float *P, const float *qkv, int a, int n, int h) {
-    const tn_vision_config *v = &m->cfg.vis;
-    int E = v->E, hv = E / v->heads, ld = 3 * E;
-    const float *q = qkv + (size_t)a * ld + h * hv, *k = q + E;
-    m->be->matmul(0, 1, n, n, hv, 1.0f / sqrtf((float)hv), q, ld, k, ld, 0.0f, P, n);
-    softmax_rows(P, n);
-}
-
 /* att [N, E] = per segment [cu[i], cu[i+1]) and head: softmax(q k^T / sqrt(hv)) v */
-static void seg_attention_forward(const tn_model *m, tn_vision_acts *va, float *att, const float *qkv, const int *cu,
-                                  int ncu) {
+void tn_vision_attention_forward(const tn_model *m, tn_vision_acts *va, float *att, const float *qkv, const int *cu,
+                                 int ncu) {
     const tn_vision_config *v = &m->cfg.vis;
-    int E = v->E, hv = E / v->heads;
-    for (int s = 0; s + 1 < ncu; s++) {
-        int a = cu[s], n = cu[s + 1] - cu[s];
-        for (int h = 0; h < v->heads; h++) {
-            seg_probs(m, va->P, qkv, a, n, h);
-            m->be->matmul(0, 0, n, hv, n, 1.0f, va->P, n, qkv + (size_t)a * 3 * E + 2 * E + h * hv, 3 * E, 0.0f,
-                          att + (size_t)a * E + h * hv, E);
+    int E = v->E, H = v->heads, hv = E / H, ld = 3 * E, ntask = (ncu - 1) * H;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(va->threads)
+    for (int task = 0; task < ntask; task++) {
+        int a = cu[task / H], n = cu[task / H + 1] - a, h = task % H;
+        float *P = va->P + (size_t)omp_get_thread_num() * va->pslice;
+        const float *q = qkv + (size_t)a * ld + h * hv, *k = q + E, *vv = q + 2 * E;
+        for (int r0 = 0; r0 < n; r0 += TN_VATT_BLOCK) {
+            int nr = n - r0 < TN_VATT_BLOCK ? n - r0 : TN_VATT_BLOCK;
+            block_probs(m, P, q, k, ld, r0, nr, n, hv);
+            m->be->matmul(0, 0, nr, hv, n, 1.0f, P, n, vv, ld, 0.0f, att + (size_t)(a + r0) * E + h * hv, E);
         }
     }
 }
 
-/* dqkv [N, 3E] written from datt [N, E] (probabilities recomputed) */
-static void seg_attention_backward(const tn_model *m, tn_vision_acts *va, float *dqkv, const float *datt,
-                                   const float *qkv, const int *cu, int ncu) {
+/* dqkv [N, 3E] written from datt [N, E] (probabilities recomputed block by block) */
+void tn_vision_attention_backward(const tn_model *m, tn_vision_acts *va, float *dqkv, const float *datt,
+                                  const float *qkv, const int *cu, int ncu) {
     const tn_vision_config *v = &m->cfg.vis;
     const tn_backend *be = m->be;
-    int E = v->E, hv = E / v->heads, ld = 3 * E;
+    int E = v->E, H = v->heads, hv = E / H, ld = 3 * E, ntask = (ncu - 1) * H;
     float scale = 1.0f / sqrtf((float)hv);
-    for (int s = 0; s + 1 < ncu; s++) {
-        int a = cu[s], n = cu[s + 1] - cu[s];
-        for (int h = 0; h < v->heads; h++) {
-            const float *q = qkv + (size_t)a * ld + h * hv, *k = q + E, *vv = q + 2 * E, *dout = datt + (size_t)a * E + h * hv;
-            float *dq = dqkv + (size_t)a * ld + h * hv, *dk = dq + E, *dv = dq + 2 * E, *P = va->P, *dP = va->dP;
-            seg_probs(m, P, qkv, a, n, h);
-            be->matmul(0, 1, n, n, hv, 1.0f, dout, E, vv, ld, 0.0f, dP, n);        /* dP = dout v^T */
-            for (int i = 0; i < n; i++) {                                          /* dS = P (dP - rowdot) */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(va->threads)
+    for (int task = 0; task < ntask; task++) {
+        int a = cu[task / H], n = cu[task / H + 1] - a, h = task % H;
+        float *P = va->P + (size_t)omp_get_thread_num() * va->pslice, *dP = va->dP + (size_t)omp_get_thread_num() * va->pslice;
+        const float *q = qkv + (size_t)a * ld + h * hv, *k = q + E, *vv = q + 2 * E, *dout = datt + (size_t)a * E + h * hv;
+        float *dq = dqkv + (size_t)a * ld + h * hv, *dk = dq + E, *dv = dq + 2 * E;
+        for (int i = 0; i < n; i++) memset(dk + (size_t)i * ld, 0, hv * sizeof *dk), memset(dv + (size_t)i * ld, 0, hv * sizeof *dv);
+        for (int r0 = 0; r0 < n; r0 += TN_VATT_BLOCK) {
+            int nr = n - r0 < TN_VATT_BLOCK ? n - r0 : TN_VATT_BLOCK;
+            const float *qb = q + (size_t)r0 * ld, *db = dout + (size_t)r0 * E;
+            block_probs(m, P, q, k, ld, r0, nr, n, hv);
+            be->matmul(0, 1, nr, n, hv, 1.0f, db, E, vv, ld, 0.0f, dP, n);            /* dP = dout v^T */
+            for (int i = 0; i < nr; i++) {                                           /* dS = P (dP - rowdot) */
                 float *pr = P + (size_t)i * n, *dr = dP + (size_t)i * n;
                 double dot = 0;
                 for (int j = 0; j < n; j++) dot += (double)pr[j] * dr[j];
                 for (int j = 0; j < n; j++) dr[j] = pr[j] * (dr[j] - (float)dot);
             }
-            be->matmul(0, 0, n, hv, n, scale, dP, n, k, ld, 0.0f, dq, ld);        /* dq = s dS k */
-            be->matmul(1, 0, n, hv, n, scale, dP, n, q, ld, 0.0f, dk, ld);        /* dk = s dS^T q */
-            be->matmul(1, 0, n, hv, n, 1.0f, P, n, dout, E, 0.0f, dv, ld);       /* dv = P^T dout */
+            be->matmul(0, 0, nr, hv, n, scale, dP, n, k, ld, 0.0f, dq + (size_t)r0 * ld, ld); /* dq = s dS k */
+            be->matmul(1, 0, n, hv, nr, scale, dP, n, qb, ld, 1.0f, dk, ld);                 /* dk += s dS^T q */
+            be->matmul(1, 0, n, hv, nr, 1.0f, P, n, db, E, 1.0f, dv, ld);                    /* dv += P^T dout */
         }
     }
 }
@@ -210,7 +231,7 @@ static void block_forward(const tn_model *m, tn_vision_acts *va, int b, const fl
     tn_vlinear(m, s->qkv, s->xn1, w->qkv_w, w->qkv_b, N, E, 3 * E, 0.0f);
     m->be->rope(s->qkv, N, N, v->heads, hv, 3 * E, va->cos, va->sin, 0);
     m->be->rope(s->qkv + E, N, N, v->heads, hv, 3 * E, va->cos, va->sin, 0);
-    seg_attention_forward(m, va, s->att, s->qkv, cu, ncu);
+    tn_vision_attention_forward(m, va, s->att, s->qkv, cu, ncu);
     memcpy(s->h, x, (size_t)N * E * sizeof *x);
     tn_vlinear(m, s->h, s->att, w->proj_w, w->proj_b, N, E, E, 1.0f);
     tn_vnorm_forward(rms, s->xn2, s->mu2, s->rs2, s->h, w->n2w, w->n2b, N, E);
@@ -237,7 +258,7 @@ static void block_backward(const tn_model *m, tn_vision_acts *va, int b, const f
     tn_vlinear_backward(m, t1, dw->fc1_w, dw->fc1_b, t2, s->xn2, w->fc1_w, N, E, nI, 0.0f); /* t1 = dxn2 [N, E] */
     tn_vnorm_backward(rms, dx, dw->n2w, dw->n2b, t1, s->h, w->n2w, s->mu2, s->rs2, N, E);  /* dx = dh */
     tn_vlinear_backward(m, t1, dw->proj_w, dw->proj_b, dx, s->att, w->proj_w, N, E, E, 0.0f); /* t1 = datt */
-    seg_attention_backward(m, va, t2, t1, s->qkv, cu, ncu);                                  /* t2 = dqkv */
+    tn_vision_attention_backward(m, va, t2, t1, s->qkv, cu, ncu);                                 /* t2 = dqkv */
     m->be->rope(t2, N, N, v->heads, hv, 3 * E, va->cos, va->sin, 1);
     m->be->rope(t2 + E, N, N, v->heads, hv, 3 * E, va->cos, va->sin, 1);
     tn_vlinear_backward(m, t1, dw->qkv_w, dw->qkv_b, t2, s->xn1, w->qkv_w, N, E, 3 * E, 0.0f); /* t1 = dxn1 */
@@ -254,6 +275,7 @@ static int deep_slot(const tn_vision_config *v, int b) {
 
 int tn_vision_forward(tn_model *m, tn_vision_acts *va, const tn_mm_batch *mm, float **out, float ***deep) {
     const tn_vision_config *v = &m->cfg.vis;
+    double t0 = tn_now();
     tn_vision_prepare(m, va, mm);
     int N = va->N, E = v->E;
     /* patch embedding: a Conv3d with stride = kernel over one patch is pv [N, P] W^T [P, E] (+ b) */
@@ -276,13 +298,14 @@ int tn_vision_forward(tn_model *m, tn_vision_acts *va, const tn_mm_batch *mm, fl
     for (int k = 0; k < v->n_deep; k++) va->deep_out[k] = va->deep[k].out;
     *out = va->img;
     *deep = va->deep_out;
+    va->fwd_s += tn_now() - t0;
     return va->M;
 }
 
-void tn_vision_backward(tn_model *m, tn_vision_acts *va, const float *dout, float *const *ddeep) {
+/* the tower's gradients from d(out), some vision tensor training */
+static void vision_backward(tn_model *m, tn_vision_acts *va, const float *dout, float *const *ddeep) {
     const tn_vision_config *v = &m->cfg.vis;
     const tn_vision_tensors *dw = m->dvw;
-    if (!dw->any) return;
     int N = va->N, E = v->E, tower = dw->patch_w != NULL;
     tn_vision_to_windows_merged(m, va, va->dimg, dout);
     memset(va->dx, 0, (size_t)N * E * sizeof *va->dx);
@@ -302,6 +325,17 @@ void tn_vision_backward(tn_model *m, tn_vision_acts *va, const float *dout, floa
     if (dw->pos) tn_vision_pos_embed_backward(m, va, va->dx);
     tn_vlinear_backward(m, NULL, dw->patch_w, dw->patch_b, va->dx, va->mm->pixel_values, m->vw->patch_w, N,
                         va->mm->patch_dim, E, 0.0f);
+}
+
+void tn_vision_backward(tn_model *m, tn_vision_acts *va, const float *dout, float *const *ddeep) {
+    if (!m->dvw->any) return;
+    double t0 = tn_now();
+    vision_backward(m, va, dout, ddeep);
+    va->bwd_s += tn_now() - t0;
+}
+
+void tn_vision_seconds(const tn_vision_acts *va, double *fwd_s, double *bwd_s) {
+    *fwd_s = va ? va->fwd_s : 0, *bwd_s = va ? va->bwd_s : 0;
 }
 
 const float *tn_vision_intermediate(const tn_vision_acts *va, const char *name, int *rows, int *cols) {

@@ -63,6 +63,8 @@ int tn_vision_check(const struct tn_model *m, const tn_mm_batch *mm, char *err, 
 int tn_vision_forward(struct tn_model *m, tn_vision_acts *va, const tn_mm_batch *mm, float **out, float ***deep);
 /* Backward from d(out) [M, D] and d(deep[k]) (may be NULL: zero); accumulates into the vision gradients. */
 void tn_vision_backward(struct tn_model *m, tn_vision_acts *va, const float *dout, float *const *ddeep);
+/* Seconds spent in the tower's forward and backward passes on va since it was created (wall clock). */
+void tn_vision_seconds(const tn_vision_acts *va, double *fwd_s, double *bwd_s);
 /* Intermediates of the last forward, for tests: "patch_embeds", "pos_embeds", "vision_blocks_out" [N, E] or
  * "image_embeds" [M, D]; NULL when absent. *rows, *cols set. */
 const float *tn_vision_intermediate(const tn_vision_acts *va, const char *name, int *rows, int *cols);

@@ -5,6 +5,8 @@
 
 #include "model/vision.h"
 
+#define TN_VATT_BLOCK 64 /* query rows of one attention block (vision.c) */
+
 typedef struct {
     float *xn1, *mu1, *rs1; /* [N, E], [N], [N]  norm1 output, mean (LayerNorm), 1/std */
     float *qkv;             /* [N, 3E]           after bias and rotary */
@@ -35,12 +37,15 @@ struct tn_vision_acts {
     float **deep_out;        /* [n_deep] */
     float *img, *dimg;       /* [M, D] merged features in image order, and their gradient (block order) */
     float *dx, *t1, *t2;     /* [N, E], [N, max(3E, 2I)] x2 */
-    float *P, *dP;           /* [maxseg^2] attention probabilities of one segment and head */
+    float *P, *dP;           /* per OpenMP thread a slice of pslice floats: [TN_VATT_BLOCK, segment] probabilities */
+    size_t pslice;
+    int threads;             /* the attention's parallel tasks run on this many threads (slices allocated) */
     int *cu, ncu, *cuw, ncuw; /* segment bounds: frames; Qwen2.5-VL windows */
     int *perm;               /* [M] Qwen2.5-VL: window-order merged token j is image-order token perm[j] */
     int32_t *pidx;           /* [N, 4] Qwen3-VL: position-grid rows of each patch */
     float *pwt;              /* [N, 4] and their bilinear weights */
     const tn_mm_batch *mm;   /* borrowed for the pass */
+    double fwd_s, bwd_s;     /* seconds spent in forward / backward since creation (bench vl's share) */
 };
 
 /* vision.c */
@@ -55,6 +60,13 @@ void tn_vlinear(const struct tn_model *m, float *y, const float *x, const float 
                 int out, float beta);
 void tn_vlinear_backward(const struct tn_model *m, float *dx, float *dW, float *db, const float *dy, const float *x,
                          const float *W, int rows, int in, int out, float beta);
+
+/* Attention inside segments [cu[i], cu[i+1]) of qkv [N, 3E] (rotary applied), per head: att [N, E] =
+ * softmax(q k^T / sqrt(hv)) v; backward writes dqkv [N, 3E] from datt. va: prepared for the pass (P slices). */
+void tn_vision_attention_forward(const struct tn_model *m, tn_vision_acts *va, float *att, const float *qkv,
+                                 const int *cu, int ncu);
+void tn_vision_attention_backward(const struct tn_model *m, tn_vision_acts *va, float *dqkv, const float *datt,
+                                  const float *qkv, const int *cu, int ncu);
 
 /* vision_merge.c */
 int tn_vision_block_full(const tn_vision_config *v, int b); /* attends within whole frames (else windows) */

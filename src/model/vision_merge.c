@@ -5,6 +5,7 @@
  * Patch row order (pixel_values): per image, per frame t, merge windows (bh, bw) row-major, then (ih, iw) inside:
  * patch (row, col) = (bh*m + ih, bw*m + iw). So m*m consecutive rows are one merged token. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +88,9 @@ static size_t carve(const tn_model *m, tn_vision_acts *va, float *base, int maxs
     carve_merger(&va->merger, &cur, va->N, v->E, va->M, m->D, va->t1, va->t2);
     for (int k = 0; k < v->n_deep; k++) carve_merger(&va->deep[k], &cur, va->N, v->E, va->M, m->D, va->t1, va->t2);
     va->img = take(&cur, (size_t)va->M * m->D), va->dimg = take(&cur, (size_t)va->M * m->D);
-    va->P = take(&cur, (size_t)maxseg * maxseg), va->dP = take(&cur, (size_t)maxseg * maxseg);
+    int threads = va->threads = omp_get_max_threads(); /* the attention's tasks: one probability slice per thread */
+    va->pslice = ((size_t)TN_VATT_BLOCK * maxseg + 15) & ~(size_t)15;
+    va->P = take(&cur, va->pslice * threads), va->dP = take(&cur, va->pslice * threads);
     return (size_t)(cur - base);
 }
 

@@ -308,6 +308,13 @@ elif build_and_run; then
   mutant deepstack-after-the-next-text-layer model/model_forward.c \
     'if (a->deep && l < m->cfg.vis.n_deep) rows_add(a->x + (l + 1) * TD, a->deep[l],' \
     'if (a->deep && l >= 1 && l - 1 < m->cfg.vis.n_deep) rows_add(a->x + (l + 1) * TD, a->deep[l - 1],'
+  mutant vision-attention-blocks-all-write-the-first-rows model/vision.c \
+    'm->be->matmul(0, 0, nr, hv, n, 1.0f, P, n, vv, ld, 0.0f, att + (size_t)(a + r0) * E + h * hv, E);' \
+    'm->be->matmul(0, 0, nr, hv, n, 1.0f, P, n, vv, ld, 0.0f, att + (size_t)a * E + h * hv, E);' \
+    test_unit_vision_attention
+  mutant vision-attention-dk-overwritten-by-each-block model/vision.c \
+    'be->matmul(1, 0, n, hv, nr, scale, dP, n, qb, ld, 1.0f, dk, ld);' \
+    'be->matmul(1, 0, n, hv, nr, scale, dP, n, qb, ld, 0.0f, dk, ld);' test_unit_vision_attention
   mutant deepstack-from-the-next-vision-block model/vision.c \
     'if (v->deep_idx[k] == b) return k;' \
     'if (v->deep_idx[k] + 1 == b) return k;'
