@@ -1,10 +1,11 @@
 /* cmd_bench.c -- `tandem bench train|sgemm`: one JSON line per measurement, for bench/ scripts.
  *
  * train: the same step as ../shared/ref/bench_ref.py (forward + loss + backward + AdamW, random tokens,
- * labels = inputs) on its tiny/small presets; FLOPs counted with its formula (PaLM convention):
+ * labels = inputs) on its tiny/small presets, run by the trainer itself (trainer.h: the step `tandem train`
+ * takes, with its sync strategy) on a dataset of random tokens; FLOPs counted with its formula (PaLM convention):
  *   full 6 N T + 12 L D S T ;  LoRA (4 N + 6 N_lora) T + 12 L D S T ; N = base params minus the embedding.
  * Threads come from OMP_NUM_THREADS (OpenBLAS is the OpenMP build and follows it). --dist: one rank of a
- * data-parallel run under mpirun; --zero N: sharded as ZeRO stage N (zero.h), the trainer's step; --trace:
+ * data-parallel run under mpirun; --zero N: sharded as ZeRO stage N (zero.h); --trace:
  * every rank prints each step's phases to stderr; --compress bf16|int8: gradients between machines encoded
  * (grad_sync.h); --diloco H: sync_mode diloco with H inner steps (diloco.h; --compress then encodes the
  * pseudo-gradients, --no-overlap waits for each exchange). The JSON line has the median and the mean step
@@ -20,13 +21,13 @@
 #include "cli/commands.h"
 #include "comm/comm.h"
 #include "core/core.h"
+#include "comm/compress.h"
+#include "config/train_config.h"
+#include "data/dataset.h"
 #include "launch/pernode.h"
-#include "comm/exchange.h"
-#include "trainer/diloco.h"
-#include "trainer/grad_sync.h"
 #include "model/model.h"
 #include "trainer/optimizer.h"
-#include "trainer/zero.h"
+#include "trainer/trainer.h"
 
 static int preset(const char *name, tn_model_config *c, int *B, int *S) {
     memset(c, 0, sizeof *c);
@@ -83,6 +84,42 @@ static void fast_init(tn_model *m) {
         }
     }
     free(r), free(ones);
+}
+
+/* bench_ref.py's step as a training run: AdamW (betas 0.9 / 0.95, weight decay 0.1) at a constant lr 1e-4, no
+ * clipping, one micro-batch a step; the sync strategy from the flags as train takes it from the YAML. steps:
+ * the run is one longer than the bench times, so DiLoCo ends no round with train's final synchronous exchange
+ * (the bench measures the steady state). */
+static void bench_config(tn_train_config *cfg, int B, int steps, int ckpt, double bucket_mb, int stage, int inner,
+                         double outer_lr, double outer_mom, int overlap, tn_codec codec) {
+    tn_train_config_defaults(cfg);
+    snprintf(cfg->source_path, sizeof cfg->source_path, "bench train");
+    cfg->per_device_train_batch_size = B, cfg->gradient_accumulation_steps = 1;
+    cfg->max_steps = steps + 1;
+    cfg->learning_rate = 1e-4, cfg->lr_scheduler_type = TN_SCHED_CONSTANT, cfg->no_warmup = 1;
+    cfg->adam_beta1 = 0.9, cfg->adam_beta2 = 0.95, cfg->adam_epsilon = 1e-8, cfg->weight_decay = 0.1;
+    cfg->max_grad_norm = 0;
+    cfg->seed = 0;
+    cfg->gradient_checkpointing = ckpt;
+    cfg->ddp_bucket_cap_mb = bucket_mb;
+    cfg->zero_stage = stage;
+    cfg->sync_mode = inner ? TN_SYNC_DILOCO : TN_SYNC_DDP;
+    if (inner) cfg->diloco_inner_steps = inner;
+    cfg->diloco_outer_lr = outer_lr, cfg->diloco_outer_momentum = outer_mom, cfg->diloco_nesterov = 1;
+    cfg->diloco_overlap = overlap;
+    cfg->comm_compression = codec;
+}
+
+/* n samples of S random tokens, every one trained (labels = inputs, as bench_ref.py), the same on every rank:
+ * each rank trains on its own slice of them. */
+static void random_data(tn_dataset *d, int n, int S, int vocab) {
+    memset(d, 0, sizeof *d);
+    d->n = n, d->S = S;
+    d->ids = tn_xmalloc((size_t)n * S * sizeof *d->ids);
+    d->labels = tn_xmalloc((size_t)n * S * sizeof *d->labels);
+    tn_rng rng;
+    tn_rng_seed(&rng, 1);
+    for (size_t i = 0; i < (size_t)n * S; i++) d->ids[i] = d->labels[i] = (int32_t)(tn_rng_next(&rng) % (uint64_t)vocab);
 }
 
 static int bench_train(int argc, char **argv) {
@@ -145,75 +182,45 @@ static int bench_train(int argc, char **argv) {
     if (comm && in->size == 1) stage = 0, inner = 0;
     if (stage && (inner || codec)) return tn_err("bench train: --zero goes with neither --diloco nor --compress");
     if (!comm || in->n_nodes == 1) codec = TN_CODEC_FP32; /* nothing crosses between machines */
-    int mode = stage == 0 ? TN_SYNC_ALLREDUCE : stage == 1 ? TN_SYNC_REDUCE_SCATTER : TN_SYNC_REDUCE_SCATTER_RELEASE;
-    size_t bucket = (size_t)(bucket_mb * 1048576.0);
-    tn_grad_sync *sync = !comm    ? NULL
-                         : inner  ? tn_grad_sync_create(comm, m, bucket, TN_SYNC_LOCAL)
-                         : codec  ? tn_grad_sync_create_compressed(comm, m, bucket, codec)
-                                  : tn_grad_sync_create(comm, m, bucket, mode);
-    if (comm && !sync) return -1;
-    tn_diloco_config dc = {.inner_steps = inner, .outer_lr = outer_lr, .outer_momentum = outer_mom, .nesterov = 1,
-                           .overlap = overlap, .codec = codec};
-    tn_diloco *dl = inner ? tn_diloco_create(comm, m, &dc) : NULL;
-    if (inner && !dl) return -1;
-    if (dl) tn_diloco_start(dl); /* every rank drew the same weights (seed 0) */
-    double sent = 0; /* bytes one machine sends per step */
-    if (dl) sent = (double)tn_diloco_round_bytes(dl) / inner;
-    else if (comm && codec) sent = (double)tn_grad_sync_get_stats(sync)->bytes;
-    else if (comm && in->n_nodes > 1) sent = 2.0 * (in->n_nodes - 1) / in->n_nodes * m->n_trainable * 4.0;
-    tn_acts *a = tn_acts_create(m, B, S, ckpt);
-    size_t lo = 0, len = m->n_trainable;
-    if (stage) tn_comm_shard(comm, m->n_trainable, in->rank, &lo, &len);
-    tn_adamw *o = tn_adamw_create_range(m, lo, len);
-    tn_zero *z = stage ? tn_zero_create(comm, m, stage) : NULL; /* every rank drew the same weights (seed 0) */
-    if (z) tn_zero_track_peak(z, 1);
-    double peak_state_mb = 0;
-    tn_adamw_hparams h = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
-    int32_t *ids = tn_xmalloc((size_t)B * S * sizeof *ids);
-    tn_rng rng;
-    tn_rng_seed(&rng, 1 + (in ? (uint64_t)in->rank : 0));
-    for (int i = 0; i < B * S; i++) ids[i] = (int32_t)(tn_rng_next(&rng) % (uint64_t)c.vocab_size);
-    double *ms = tn_xmalloc((size_t)steps * sizeof *ms), *wait = tn_xcalloc((size_t)steps, sizeof *wait), loss = 0;
+    tn_train_config cfg;
+    bench_config(&cfg, B, warmup + steps, ckpt, bucket_mb, stage, inner, outer_lr, outer_mom, overlap, codec);
+    int world = comm ? in->size : 1;
+    tn_dataset data;
+    random_data(&data, world * B, S, c.vocab_size);
+    /* every rank drew the same weights (seed 0): they start where train's broadcast would leave them */
+    tn_trainer *t = tn_trainer_create(&cfg, m, &data, comm, NULL);
+    if (!t) return -1;
+    tn_trainer_start(t);
+    tn_trainer_track_peak(t, 1);
+    double peak_state_mb = 0, loss = 0;
+    double *ms = tn_xmalloc((size_t)steps * sizeof *ms), *wait = tn_xcalloc((size_t)steps, sizeof *wait);
     double *first = tn_xcalloc((size_t)steps, sizeof *first);
-    int64_t T = (int64_t)B * S, targets = tn_count_targets(ids, B, S);
+    int64_t T = (int64_t)B * S;
     for (int i = 0; i < warmup + steps; i++) {
         double t0 = tn_now();
-        int64_t nv = 0;
-        (stage >= 2 ? m->be->release : m->be->zero)(m->grad, m->n_trainable);
-        if (sync) tn_grad_sync_arm(sync);
-        loss = tn_model_forward_backward(m, a, ids, ids, B, S, 1.0f / (float)targets, &nv, 0) / (double)targets;
-        double t1 = tn_now();
-        if (sync && tn_grad_sync_finish(sync) != 0) return -1;
-        double t2 = tn_now();
-        double norm;
-        if (z) tn_zero_clip(z, 0, &norm);
-        else tn_clip_grad_norm(m, 0);
-        tn_adamw_step(o, m, &h, 1e-4);
-        if (z) tn_zero_after_update(z);
+        tn_step_stats st, fs;
+        if (tn_trainer_step(t, &st) == -2) return -1; /* a non-finite step (-1) is timed like any other */
         m->be->sync(); /* a GPU's queued kernels belong to this step's time */
-        double t3 = tn_now();
-        if (dl) { /* steady state: no final synchronous round */
-            tn_diloco_step ds = {.step = i + 1, .loss_sum = loss, .tokens = 1, .seen = (double)T, .grad_norm = 1};
-            if (tn_diloco_step_done(dl, &ds, 0) != 0) return -1;
-            while (tn_diloco_pop(dl, &ds)) {
-            }
+        while (tn_trainer_next_logged(t, &fs)) { /* DiLoCo's come a round late; the last step's own loss is shown */
         }
+        loss = st.loss; /* over the ranks that share the update (DiLoCo: the machine's) */
         if (trace) /* every rank: tells a slow rank (its peers wait) from a slow link (everyone waits) */
-            fprintf(stderr, "rank %d step %d: forward+backward %.1f ms (first bucket at %.1f), wait %.1f, optimizer %.1f, "
-                    "outer %.1f\n", in ? in->rank : 0, i, 1e3 * (t1 - t0),
-                    sync ? 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s : 0, 1e3 * (t2 - t1), 1e3 * (t3 - t2),
-                    1e3 * (tn_now() - t3));
-        if (i >= warmup) ms[i - warmup] = 1e3 * (tn_now() - t0);
-        if (z) { /* sampled inside the passes; outside them (after the update) too */
-            tn_zero_resident r;
-            tn_zero_resident_bytes(z, &r);
-            size_t inside = tn_zero_peak_bytes(z), now = r.params + r.grads;
-            double peak = (double)(inside > now ? inside : now);
-            if (i >= warmup && peak / 1048576.0 > peak_state_mb) peak_state_mb = peak / 1048576.0;
-        }
-        if (i >= warmup && sync) wait[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->wait_s;
-        if (i >= warmup && sync) first[i - warmup] = 1e3 * tn_grad_sync_get_stats(sync)->first_ready_s;
+            fprintf(stderr, "rank %d step %d: data %.1f ms, forward+backward %.1f (first bucket at %.1f), wait %.1f, "
+                    "optimizer %.1f\n", in ? in->rank : 0, i, 1e3 * st.times.data, 1e3 * st.times.compute,
+                    1e3 * st.first_ready, 1e3 * st.times.wait, 1e3 * st.times.optimizer);
+        double dt = tn_now() - t0;
+        /* sampled inside the passes (ZeRO, since the last step); outside them (after the update) too */
+        size_t inside = tn_trainer_peak_bytes(t);
+        size_t now = m->be->resident(m->slab, m->n_trainable) + m->be->resident(m->grad, m->n_trainable);
+        double peak = stage ? (double)(inside > now ? inside : now) : 0;
+        if (i < warmup) continue;
+        ms[i - warmup] = 1e3 * dt;
+        if (peak / 1048576.0 > peak_state_mb) peak_state_mb = peak / 1048576.0;
+        wait[i - warmup] = 1e3 * st.comm_wait;
+        first[i - warmup] = 1e3 * st.first_ready;
     }
+    double sent = tn_trainer_bytes_per_step(t); /* bytes one machine sends per step */
+    const tn_adamw *o = tn_trainer_optimizer(t);
     double mean = 0;
     for (int i = 0; i < steps; i++) mean += ms[i] / steps;
     double med = median(ms, steps); /* sorts: ms[0] is then the fastest step */
@@ -241,7 +248,7 @@ static int bench_train(int argc, char **argv) {
                "\"mfu\":%.4f,\"checkpointing\":%d,\"lora_rank\":%d,\"ms_mean\":%.2f,\"diloco\":%d,\"compress\":\"%s\","
                "\"sent_mb_step\":%.3f}\n",
                name, lora ? "-lora" : "", omp_get_max_threads(), B, S, steps, med, ms[0], (double)T / (med / 1e3),
-               flops / (med / 1e3) / 1e9, flops, peak_rss_mb(), tn_acts_bytes(a) / 1048576.0, loss,
+               flops / (med / 1e3) / 1e9, flops, peak_rss_mb(), tn_trainer_acts_bytes(t) / 1048576.0, loss,
                in ? in->size : 1, in ? in->n_nodes : 1, m->n_trainable * 4.0 / 1048576.0, median(wait, steps),
                median(first, steps), stage, m->n_trainable, state_mb, peak_state_mb, be->describe(),
                be->peak_bytes() / 1048576.0, peak_tflops > 0 ? flops / (med / 1e3) / (peak_tflops * 1e12) : 0.0, ckpt,
@@ -250,12 +257,8 @@ static int bench_train(int argc, char **argv) {
     free(ms);
     free(wait);
     free(first);
-    tn_zero_free(z);
-    tn_diloco_free(dl);
-    tn_grad_sync_free(sync);
-    free(ids);
-    tn_adamw_free(o);
-    tn_acts_free(a);
+    tn_trainer_free(t);
+    tn_dataset_free(&data);
     tn_model_free(m);
     if (comm) tn_comm_finalize(comm);
     return 0;

@@ -22,6 +22,7 @@
 
 #include "core/core.h"
 #include "trainer/replica.h"
+#include "trainer/trainer.h"
 
 #ifndef TANDEM_VERSION
 #define TANDEM_VERSION "unknown"
@@ -255,6 +256,8 @@ int tn_env_collect(tn_env_row rows[TN_ENV_MAX_ROWS]) {
     add(rows, &n, "NCCL", "not built in (no CUDA toolkit with nccl.h at build time)");
 #endif
     cuda_rows(rows, &n);
+    tn_trainer_strategies(buf, 224);
+    add(rows, &n, "sync strategies", "%s (sync_mode, zero_stage, comm_compression pick one)", buf);
     return n;
 }
 

@@ -11,7 +11,7 @@ struct tn_grad_sync {
     tn_comm *comm;
     tn_model *model;
     int active;              /* more than one rank */
-    int mode;                /* TN_SYNC_* */
+    tn_grad_mode mode;
     size_t own_lo, own_hi;   /* this rank's shard (reduce-scatter modes) */
     int released;            /* buckets [0, released) waited for (and, in the release mode, released) */
     int n_buckets;
@@ -21,7 +21,7 @@ struct tn_grad_sync {
     double armed_at;
     tn_comm_op **ops;        /* [n_buckets] */
     int first_error;
-    tn_codec codec;          /* TN_SYNC_COMPRESSED */
+    tn_codec codec;          /* TN_GRAD_COMPRESSED */
     float *residual;         /* [n_trainable], this rank's parts only (compressed) */
     tn_grad_sync_stats stats;
 };
@@ -37,9 +37,9 @@ static void launch_ready(tn_grad_sync *s, size_t ready_from) {
         size_t lo = s->lo[k], hi = bucket_hi(s, k);
         if (k == 0) s->stats.first_ready_s = tn_now() - s->armed_at;
         float *g = s->model->grad;
-        if (s->mode == TN_SYNC_ALLREDUCE) s->ops[k] = tn_comm_iallreduce_f32(s->comm, g + lo, hi - lo);
-        else if (s->mode == TN_SYNC_LOCAL) s->ops[k] = tn_comm_iallreduce_local_f32(s->comm, g + lo, hi - lo);
-        else if (s->mode == TN_SYNC_COMPRESSED)
+        if (s->mode == TN_GRAD_ALLREDUCE) s->ops[k] = tn_comm_iallreduce_f32(s->comm, g + lo, hi - lo);
+        else if (s->mode == TN_GRAD_LOCAL) s->ops[k] = tn_comm_iallreduce_local_f32(s->comm, g + lo, hi - lo);
+        else if (s->mode == TN_GRAD_COMPRESSED)
             s->ops[k] = tn_comm_iexchange(s->comm, g + lo, hi - lo,
                                           &(tn_exchange){.codec = s->codec, .residual = s->residual + lo, .scale = 1,
                                                          .reduce_local = 1});
@@ -52,7 +52,7 @@ static void launch_ready(tn_grad_sync *s, size_t ready_from) {
 static int retire(tn_grad_sync *s, int k) {
     int rc = s->ops[k] ? tn_comm_wait(s->ops[k]) : 0;
     s->ops[k] = NULL;
-    if (s->mode == TN_SYNC_REDUCE_SCATTER_RELEASE) {
+    if (s->mode == TN_GRAD_REDUCE_SCATTER_RELEASE) {
         size_t lo = s->lo[k], hi = bucket_hi(s, k);
         const tn_backend *be = s->model->be;
         float *g = s->model->grad;
@@ -67,12 +67,12 @@ static void on_grad_ready(void *ctx, size_t from) {
     if (!s->armed) return;
     launch_ready(s, from);
     /* memory of finished buckets goes back while backward goes on */
-    while (s->mode == TN_SYNC_REDUCE_SCATTER_RELEASE && s->released < s->next &&
+    while (s->mode == TN_GRAD_REDUCE_SCATTER_RELEASE && s->released < s->next &&
            (!s->ops[s->released] || tn_comm_test(s->ops[s->released])))
         if (retire(s, s->released++) != 0 && !s->first_error) s->first_error = 1;
 }
 
-tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes, int mode) {
+tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes, tn_grad_mode mode) {
     size_t per = bucket_bytes / sizeof(float);
     if (per < 1024) {
         tn_err("gradient bucket size %zu bytes is too small (expected at least 4 KB)", bucket_bytes);
@@ -81,11 +81,11 @@ tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes, 
     tn_grad_sync *s = tn_xcalloc(1, sizeof *s);
     s->comm = c;
     s->model = m;
-    s->active = c && (mode == TN_SYNC_LOCAL ? tn_comm_get_info(c)->local_size : tn_comm_get_info(c)->size) > 1 &&
+    s->active = c && (mode == TN_GRAD_LOCAL ? tn_comm_get_info(c)->local_size : tn_comm_get_info(c)->size) > 1 &&
                 m->n_trainable > 0;
     s->mode = mode;
     size_t n = m->n_trainable;
-    if (s->active && mode != TN_SYNC_ALLREDUCE) {
+    if (s->active && mode != TN_GRAD_ALLREDUCE) {
         size_t off, len;
         tn_comm_shard(c, n, tn_comm_get_info(c)->rank, &off, &len);
         s->own_lo = off, s->own_hi = off + len;
@@ -123,7 +123,7 @@ void tn_grad_sync_free(tn_grad_sync *s) {
 }
 
 tn_grad_sync *tn_grad_sync_create_compressed(tn_comm *c, tn_model *m, size_t bucket_bytes, tn_codec codec) {
-    tn_grad_sync *s = tn_grad_sync_create(c, m, bucket_bytes, TN_SYNC_COMPRESSED);
+    tn_grad_sync *s = tn_grad_sync_create(c, m, bucket_bytes, TN_GRAD_COMPRESSED);
     if (!s || !s->active) return s;
     if (!tn_comm_uniform(c)) {
         tn_grad_sync_free(s);

@@ -32,11 +32,19 @@ typedef struct {
     double first_ready_s; /* from arm to the first complete bucket: what overlap cannot hide (forward, lm_head) */
 } tn_grad_sync_stats;
 
-enum { TN_SYNC_ALLREDUCE, TN_SYNC_REDUCE_SCATTER, TN_SYNC_REDUCE_SCATTER_RELEASE, TN_SYNC_COMPRESSED, TN_SYNC_LOCAL };
+/* How the buckets travel. Its own type and prefix, apart from the config's tn_sync_mode (TN_SYNC_DDP / DILOCO):
+ * passing one for the other is an -Wenum-conversion error under -Wextra -Werror. */
+typedef enum {
+    TN_GRAD_ALLREDUCE,             /* every rank gets the sum */
+    TN_GRAD_REDUCE_SCATTER,        /* each rank gets the sum of its shard (ZeRO-1) */
+    TN_GRAD_REDUCE_SCATTER_RELEASE, /* + the rest of each bucket released once exchanged (ZeRO-2/3) */
+    TN_GRAD_COMPRESSED,            /* machine-level exchange with a codec (tn_grad_sync_create_compressed) */
+    TN_GRAD_LOCAL                  /* summed over this machine's ranks only (DiLoCo) */
+} tn_grad_mode;
 /* NULL with tn_err on a bad size. With one rank (one rank per machine: machine-local) it does nothing (and
  * costs nothing). */
-tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes, int mode);
-/* TN_SYNC_COMPRESSED with this encoding; NULL + tn_err when the machines' rank counts differ. */
+tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes, tn_grad_mode mode);
+/* TN_GRAD_COMPRESSED with this encoding; NULL + tn_err when the machines' rank counts differ. */
 tn_grad_sync *tn_grad_sync_create_compressed(tn_comm *c, tn_model *m, size_t bucket_bytes, tn_codec codec);
 /* Compressed: this rank's residual floats (its part of every bucket, in slab order) into out (NULL: only
  * count them); set copies them back. The count, 0 without compression. */

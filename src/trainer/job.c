@@ -24,8 +24,6 @@
 #include "outputs/tensorboard.h"
 #include "trainer/checkpoint.h"
 #include "trainer/demo_eval.h"
-#include "trainer/diloco.h"
-#include "trainer/grad_sync.h"
 #include "trainer/memory_check.h"
 #include "trainer/monitor.h"
 #include "trainer/plan_check.h"
@@ -207,7 +205,8 @@ static int save_outputs(const tn_train_config *cfg, const tn_model *m) {
     return rc;
 }
 
-static void print_banner(const tn_train_config *cfg, const tn_model *m, const tn_trainer *t) {
+static void print_banner(const tn_train_config *cfg, const tn_model *m, const tn_trainer *tr) {
+    const tn_trainer_info *t = tn_trainer_get_info(tr);
     size_t base = m->n_total - (m->lora.r ? m->n_trainable : 0);
     printf("tandem: %s model, %d layers, hidden %d, vocab %d: %.2fM parameters, %.2fM trainable (%s)\n",
            m->cfg.model_type, m->L, m->D, m->V, base / 1e6, m->n_trainable / 1e6,
@@ -224,46 +223,13 @@ static void print_banner(const tn_train_config *cfg, const tn_model *m, const tn
         printf("tandem: %d steps of %d rank(s) x %d x %d sequences x %d tokens, lr %.2g (%s, %d warmup), on %s (%s)\n",
                t->total_steps, t->world, t->micro_batch, t->accum, t->data->S, cfg->learning_rate,
                tn_train_config_sched_name(cfg), t->warmup_steps, m->be->describe(), m->be->kernel_name());
-    if (t->comm && t->world > 1) {
-        const tn_comm_info *in = tn_comm_get_info(t->comm);
-        static const char *const codec[] = {"fp32", "bf16", "int8"};
-        double mb = tn_trainer_bytes_per_step(t) / 1e6;
-        if (t->diloco) {
-            printf("tandem: DiLoCo over %d machine(s) of %d rank(s): gradients summed inside each machine every step; "
-                   "every %d steps the pseudo-gradients (%s%s) are averaged between machines and applied by SGD, lr %g, "
-                   "momentum %g%s, %s; %.3g MB per step sent by each machine\n",
-                   in->n_nodes, in->local_size, cfg->diloco_inner_steps, codec[t->codec],
-                   t->codec ? ", error feedback" : "", cfg->diloco_outer_lr, cfg->diloco_outer_momentum,
-                   cfg->diloco_nesterov ? " (Nesterov)" : "",
-                   cfg->diloco_overlap ? "one round late (the exchange overlaps the next round)" : "every machine waiting for it",
-                   mb);
-        } else {
-            const tn_grad_sync_stats *gs = tn_grad_sync_get_stats(t->sync); /* the plan that runs, not the cap */
-            printf("tandem: data parallel over %d rank(s) on %d machine(s)%s; gradients all-reduced once per step "
-                   "in %d bucket(s) of <= %.3g MB (ddp_bucket_cap_mb %g; at least 8 buckets of >= 64 KB where the gradients allow, for overlap)\n",
-                   in->size, in->n_nodes, in->n_nodes > 1 ? " (hierarchical: inside each machine first)" : "",
-                   gs->n_buckets, gs->bucket_bytes / 1048576.0, cfg->ddp_bucket_cap_mb);
-            if (t->codec)
-                printf("tandem: gradients cross between machines as %s with error feedback: %.3g MB per step sent by "
-                       "each machine (fp32: %.3g MB)\n", codec[t->codec], mb,
-                       2.0 * (in->n_nodes - 1) / in->n_nodes * m->n_trainable * 4 / 1e6);
-        }
-        if (cfg->comm_compression && in->n_nodes == 1)
-            printf("tandem: note: comm_compression: one machine, nothing crosses a network: exchanged in fp32\n");
-        if (t->balance)
-            printf("tandem: balance_ranks: each rank's share of the global batch of %d follows its measured speed "
-                   "(measured every 4 steps)\n", t->world * t->micro_batch * t->accum);
-    }
+    tn_trainer_describe(tr, stdout);
     fflush(stdout);
 }
 
 /* Every rank calls this after a local step that may fail; -1 (this rank reports) or -2 (another rank does)
  * when any rank failed, so that no rank goes on to wait for one that has stopped. */
-static int agree(tn_comm *c, int rc) {
-    int first = tn_replica_first_failure(c, rc != 0);
-    if (first < 0) return 0;
-    return first == tn_comm_get_info(c)->rank ? -1 : -2;
-}
+static int agree(tn_comm *c, int rc) { return tn_replica_agree(c, rc); }
 
 typedef struct {
     const tn_train_config *cfg;
@@ -289,8 +255,8 @@ typedef struct {
 /* Rank 0 of a multi-rank run: after the first step (warm-up), a window of steps (two DiLoCo rounds: a round's
  * end costs more than its other steps) is timed and set beside the plan's prediction. */
 static void plan_window(job_ctx *j, const tn_step_stats *st, double wall, double compute) {
-    const tn_trainer *t = j->t;
-    int window = t->diloco ? 2 * j->cfg->diloco_inner_steps : 5;
+    const tn_trainer_info *t = tn_trainer_get_info(j->t);
+    int window = t->machine_local ? 2 * t->round : 5; /* DiLoCo: two rounds */
     if (!j->lead || t->world < 2 || t->step - j->start_step < 2 || j->plan_steps >= window) return;
     j->plan_wall += wall, j->plan_compute += compute, j->plan_steps++;
     j->plan_seen += (double)st->seen / ((double)t->world * t->micro_batch * t->accum);
@@ -313,7 +279,7 @@ static void print_dashboard(const tn_dash *d, const char *output_dir) {
 /* What watching cost, on rank 0, with the dashboard on: the monitor's time in the training thread and the
  * dashboard's threads' CPU (docs/performance.md). */
 static void print_overhead(const job_ctx *j, tn_dash *d) {
-    int steps = j->t->step - j->start_step;
+    int steps = tn_trainer_get_info(j->t)->step - j->start_step;
     double wall = tn_now() - j->t0, worst = 0, mine = tn_monitor_cost(j->mon, &worst), dash_cpu = tn_dash_cpu(d);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -326,11 +292,11 @@ static void print_overhead(const job_ctx *j, tn_dash *d) {
            cpu > dash_cpu ? 100.0 * dash_cpu / (cpu - dash_cpu) : 0.0, cpu - dash_cpu);
 }
 
-static double epoch_of(const tn_trainer *t) { return t->data->n ? (double)t->samples_seen / t->data->n : 0; }
+static double epoch_of(const tn_trainer_info *t) { return t->data->n ? (double)t->samples_seen / t->data->n : 0; }
 
 /* HF TrainerState fields for trainer_state.json (in checkpoints and at the end). */
 static tn_trainer_state_info state_info(const job_ctx *j, int saving) {
-    const tn_trainer *t = j->t;
+    const tn_trainer_info *t = tn_trainer_get_info(j->t);
     const tn_train_config *cfg = j->cfg;
     int64_t global = (int64_t)t->world * t->micro_batch * t->accum;
     double epochs = cfg->max_steps > 0 ? ceil((double)t->total_steps * global / (t->data->n ? t->data->n : 1))
@@ -357,35 +323,23 @@ static int write_state_into(void *ctx, const char *dir) {
  * model is gathered for the weights (stage 3), so one folder holds the complete checkpoint whatever
  * machine is later lost (--drop-dead-hosts resumes from it on the rest). */
 static int save_checkpoint(const job_ctx *j) {
-    tn_trainer *t = j->t;
-    tn_zero *z = t->zero;
+    const tn_trainer_info *t = tn_trainer_get_info(j->t);
     int rc = 0, with_opt = !j->cfg->save_only_model;
     char *tmp = NULL;
-    tn_ckpt_state st = {.step = t->step, .samples_seen = t->samples_seen, .adam_step = t->opt->step,
+    tn_ckpt_state st = {.step = t->step, .samples_seen = t->samples_seen, .adam_step = tn_trainer_optimizer(j->t)->step,
                         .config_fingerprint = j->config_fingerprint, .recipe = j->recipe};
     if (j->lead) {
         tn_comm_busy(j->comm, 1); /* the others wait for this write: alive, not hung */
         tn_rank_watch_saving(1);  /* a rank whose launcher died finishes this save first */
         rc = (tmp = tn_checkpoint_begin(j->cfg->output_dir, t->step)) ? 0 : -1;
     }
-    if (z) {
-        rc = agree(j->comm, rc);
-        if (rc == 0 && with_opt) rc = agree(j->comm, tn_zero_save_moments(z, t->opt, tmp));
-        if (rc == 0) rc = agree(j->comm, tn_zero_full(z));
-    }
-    /* the exchange's own state (residuals, shares, DiLoCo); the weights saved are DiLoCo's consensus */
-    int swapped = 0;
-    if (with_opt) {
-        rc = agree(j->comm, rc);
-        if (rc == 0) rc = agree(j->comm, tn_trainer_save_begin(t, tmp)), swapped = 1;
-    } else if (t->diloco) {
-        rc = agree(j->comm, rc);
-        if (rc == 0) tn_diloco_swap(t->diloco), swapped = 1; /* weights only: the consensus */
-    }
+    /* the optimizer's shards and the exchange's own state (residuals, shares, DiLoCo); the weights saved are
+     * every parameter (ZeRO gathers them), DiLoCo's consensus */
+    rc = tn_trainer_save_begin(j->t, tmp, with_opt, rc);
     if (j->lead) {
         if (rc == 0) {
-            rc = tn_checkpoint_commit(j->cfg->output_dir, tmp, t->model, with_opt && !z ? t->opt : NULL, &st,
-                                      write_state_into, (void *)j);
+            rc = tn_checkpoint_commit(j->cfg->output_dir, tmp, t->model, with_opt ? tn_trainer_saved_optimizer(j->t) : NULL,
+                                      &st, write_state_into, (void *)j);
             if (rc == 0) {
                 char name[48];
                 snprintf(name, sizeof name, "checkpoint-%d", t->step);
@@ -398,19 +352,19 @@ static int save_checkpoint(const job_ctx *j) {
         tn_rank_watch_saving(0);
         tn_comm_busy(j->comm, 0);
     }
-    if (z) tn_zero_end_full(z);
-    if (swapped) tn_trainer_save_end(t);
+    tn_trainer_save_end(j->t);
     return agree(j->comm, rc < 0 ? rc : 0);
 }
 
 /* Each rank's resident bytes of trainable parameters, gradients and AdamW state, printed by rank 0 next to
  * what a full replica holds: the ZeRO stages' memory, measured (page residency), not computed. */
 static int report_memory(const job_ctx *j) {
-    const tn_trainer *t = j->t;
+    const tn_trainer_info *t = tn_trainer_get_info(j->t);
     const tn_model *m = t->model;
     const tn_backend *be = m->be;
+    const tn_adamw *o = tn_trainer_optimizer(j->t);
     double mine[3] = {(double)be->resident(m->slab, m->n_trainable), (double)be->resident(m->grad, m->n_trainable),
-                      (double)(be->resident(t->opt->m, t->opt->n) + be->resident(t->opt->v, t->opt->n))};
+                      (double)(be->resident(o->m, o->n) + be->resident(o->v, o->n))};
     double *all = tn_xmalloc((size_t)t->world * sizeof mine);
     if (tn_comm_allgather(j->comm, mine, sizeof mine, all) != 0) {
         free(all);
@@ -440,7 +394,7 @@ static int evaluate(job_ctx *j, double *loss, double *runtime) {
  * A rank that is the slowest, by >= 15% over the median, for 3 windows in a row is named in the log: the
  * others wait for it at every exchange. Collective. */
 static int name_slow_rank(const job_ctx *j, double compute, int *slow_rank, int *streak) {
-    int n = j->t->world;
+    int n = tn_trainer_get_info(j->t)->world;
     double *all = tn_xmalloc((size_t)n * sizeof *all), *sorted = tn_xmalloc((size_t)n * sizeof *sorted);
     if (tn_comm_allgather(j->comm, &compute, sizeof compute, all) != 0) {
         free(all), free(sorted);
@@ -471,14 +425,14 @@ static int name_slow_rank(const job_ctx *j, double compute, int *slow_rank, int 
 }
 
 /* The step just done finished an epoch (samples_seen crossed a multiple of the training set). */
-static int epoch_ended(const tn_trainer *t) {
+static int epoch_ended(const tn_trainer_info *t) {
     int64_t n = t->data->n, global = (int64_t)t->world * t->micro_batch * t->accum;
     return n > 0 && t->samples_seen / n > (t->samples_seen - global) / n;
 }
 
 /* The batches an evaluation of n samples runs (tn_trainer_eval: each rank its share, micro_batch rows at a time;
  * gradient accumulation plays no part), HF's eval steps. */
-static int eval_batches(const tn_trainer *t, int n) {
+static int eval_batches(const tn_trainer_info *t, int n) {
     int64_t per_step = (int64_t)t->world * t->micro_batch;
     return (int)((n + per_step - 1) / per_step);
 }
@@ -486,7 +440,7 @@ static int eval_batches(const tn_trainer *t, int n) {
 /* An evaluation during training (eval_on_start, eval_steps, epoch ends): announced while it runs, then logged
  * as HF logs it. *seconds: its duration, which the throughput leaves out. Collective. */
 static int eval_during_training(job_ctx *j, int tty, double *seconds) {
-    tn_trainer *t = j->t;
+    const tn_trainer_info *t = tn_trainer_get_info(j->t);
     double loss, rt;
     if (j->lead) tn_progress_eval_begin(t->step, j->eval->n, tty);
     int rc = agree(j->comm, evaluate(j, &loss, &rt));
@@ -514,10 +468,10 @@ typedef struct {
  * line and the progress bar. 0, or what train_loop returns. */
 static int take_final(job_ctx *j, loop_state *L, const tn_step_stats *fs) {
     const tn_train_config *cfg = j->cfg;
-    tn_trainer *t = j->t;
+    const tn_trainer_info *t = tn_trainer_get_info(j->t);
     j->last_skipped = fs->skipped != 0;
     if (fs->skipped) {
-        if (j->lead && t->diloco)
+        if (j->lead && t->machine_local)
             fprintf(stderr, "tandem: warning: step %d: non-finite loss or gradient on %d machine(s); skipped there\n",
                     fs->step, fs->skipped);
         if (++L->bad >= cfg->max_bad_steps)
@@ -562,7 +516,7 @@ static int take_final(job_ctx *j, loop_state *L, const tn_step_stats *fs) {
 /* A run that trained nothing, or ended on a non-finite loss, is a failure, not "saved": the weights it would save
  * are not those of a finished run. 1 + tn_err when so. */
 static int ended_untrained(const job_ctx *j) {
-    int ran = j->t->step - j->start_step;
+    int ran = tn_trainer_get_info(j->t)->step - j->start_step;
     if (ran > 0 && j->steps_trained == 0)
         return tn_err("every one of the %d steps of this run had a non-finite loss or gradient and was skipped: nothing "
                       "was trained, nothing saved (check the model's weights and the data, or lower learning_rate)",
@@ -570,27 +524,28 @@ static int ended_untrained(const job_ctx *j) {
     if (ran > 0 && j->last_skipped)
         return tn_err("the last step (%d) had a non-finite loss or gradient: the run did not end on a finite loss, "
                       "nothing saved (lower learning_rate or check the data; the checkpoints hold the earlier steps)",
-                      j->t->step), 1;
+                      tn_trainer_get_info(j->t)->step), 1;
     return 0;
 }
 
 static int train_loop(job_ctx *j) {
     const tn_train_config *cfg = j->cfg;
-    tn_trainer *t = j->t;
+    tn_trainer *tr = j->t;
+    const tn_trainer_info *t = tn_trainer_get_info(tr);
     /* TANDEM_TTY=1|0 says whether a terminal is at the end: under mpirun a rank's stdout is a pty even when
      * mpirun writes to a file, so the launcher sets it; without it, stdout itself tells */
     const char *tty_env = getenv("TANDEM_TTY");
     loop_state L = {.tty = tty_env && *tty_env ? strcmp(tty_env, "1") == 0
                                                : !getenv("OMPI_COMM_WORLD_SIZE") && isatty(fileno(stdout)),
                     .slow_rank = -1, .last = tn_now(), .global = (int64_t)t->world * t->micro_batch * t->accum,
-                    .cap = (t->diloco ? 2 * cfg->diloco_inner_steps : 1) + 2};
+                    .cap = (t->machine_local ? 2 * t->round : 1) + 2};
     L.done_at = tn_xmalloc((size_t)L.cap * sizeof *L.done_at);
     int rc = 0;
     if (j->eval && cfg->eval_on_start && t->step == 0) rc = eval_during_training(j, L.tty, &L.window_eval);
     while (rc == 0 && t->step < t->total_steps) {
         tn_step_stats st, fs;
         double step_t0 = tn_now();
-        int step_rc = tn_trainer_step(t, &st);
+        int step_rc = tn_trainer_step(tr, &st);
         if (step_rc == -2) {
             rc = -1; /* an exchange failed: this rank says which */
             break;
@@ -601,12 +556,10 @@ static int train_loop(job_ctx *j) {
         if (step_rc == 0) j->comm_wait += st.comm_wait;
         if (step_rc == 0) plan_window(j, &st, tn_now() - step_t0, tn_now() - step_t0 - st.comm_wait);
         /* plain data parallelism: every rank sees the same summed gradient, so all skip together */
-        if (step_rc != 0 && j->lead && !t->diloco) fprintf(stderr, "tandem: warning: %s\n", tn_errmsg());
-        if (t->note[0]) {
-            if (j->lead) printf("tandem: %s\n", t->note);
-            t->note[0] = 0;
-        }
-        while (rc == 0 && tn_trainer_next_logged(t, &fs)) rc = take_final(j, &L, &fs);
+        if (step_rc != 0 && j->lead && !t->machine_local) fprintf(stderr, "tandem: warning: %s\n", tn_errmsg());
+        const char *note = tn_trainer_take_note(tr);
+        if (note && j->lead) printf("tandem: %s\n", note);
+        while (rc == 0 && tn_trainer_next_logged(tr, &fs)) rc = take_final(j, &L, &fs);
         if (rc) break;
         int epoch_end = epoch_ended(t);
         if (j->eval && t->step < t->total_steps &&
@@ -628,7 +581,7 @@ static int train_loop(job_ctx *j) {
     if (j->lead) {
         printf("tandem: trained %d steps in %.1f s", t->step - j->start_step, tn_now() - j->t0);
         if (t->world > 1) printf(", %.1f%% of it waiting for gradients", 100.0 * j->comm_wait / (tn_now() - j->t0));
-        double bytes = tn_trainer_bytes_per_step(t);
+        double bytes = tn_trainer_bytes_per_step(tr);
         if (bytes > 0) printf("; %.3g MB per step sent by each machine", bytes / 1e6);
         printf("\n");
     }
@@ -641,14 +594,14 @@ static int train_loop(job_ctx *j) {
  * run whose model is missing. */
 static int final_eval(job_ctx *j, double *loss, double *runtime, double *train_rt) {
     *loss = 0, *runtime = 0, *train_rt = tn_now() - j->t0; /* HF's train_runtime: not the final eval */
-    if (j->lead && j->eval) tn_progress_eval_begin(j->t->step, j->eval->n, 0);
+    if (j->lead && j->eval) tn_progress_eval_begin(tn_trainer_get_info(j->t)->step, j->eval->n, 0);
     int rc = j->eval ? agree(j->comm, evaluate(j, loss, runtime)) : 0;
     if (rc == 0 && j->eval && j->lead) printf("tandem: eval_loss %.4f on %d held-out samples\n", *loss, j->eval->n);
     return rc;
 }
 
 static int write_results(job_ctx *j, double eval_loss, double eval_rt, double train_rt) {
-    const tn_trainer *t = j->t;
+    const tn_trainer_info *t = tn_trainer_get_info(j->t);
     const tn_train_config *cfg = j->cfg;
     int saved = cfg->save_strategy == TN_SAVE_EPOCH || (cfg->save_strategy == TN_SAVE_STEPS && cfg->save_steps > 0);
     tn_trainer_state_info in = state_info(j, saved);
@@ -753,23 +706,24 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     if (rc == 0) rc = agree(comm, m ? 0 : -1);
     tn_trainer *t = NULL;
     if (rc == 0) {
-        t = tn_trainer_create(cfg, m, &train, comm);
+        tn_test_hooks hooks = tn_test_hooks_from_env(); /* the one place the tests' faults are read */
+        t = tn_trainer_create(cfg, m, &train, comm, &hooks);
         rc = agree(comm, t ? 0 : -1);
     }
+    const tn_trainer_info *ti = t ? tn_trainer_get_info(t) : NULL;
     /* resume on rank 0 (only it needs to see output_dir), then every rank takes rank 0's state */
     int resumed = 0;
     char resume_dir[TN_PATH_MAX + 64] = "";
     static char recipe[TN_RECIPE_MAX];
-    if (rc == 0) tn_recipe_of(cfg, t->world, recipe, sizeof recipe);
+    if (rc == 0) tn_recipe_of(cfg, ti->world, recipe, sizeof recipe);
     if (rc == 0 && lead) {
         tn_ckpt_state st = {0};
         resumed = find_resume(cfg, resume_dir, sizeof resume_dir);
         if (resumed == 1 && tn_recipe_check_resume(resume_dir, recipe, cfg->source_path) != 0) /* a note per change */
             resumed = -1;
-        else if (resumed == 1 && tn_checkpoint_load(resume_dir, m, t->opt, &st) == 0) {
-            t->step = st.step;
-            t->samples_seen = st.samples_seen;
-            printf("tandem: resuming from %s (step %d of %d)\n", resume_dir, st.step, t->total_steps);
+        else if (resumed == 1 && tn_checkpoint_load(resume_dir, m, tn_trainer_optimizer(t), &st) == 0) {
+            tn_trainer_set_position(t, st.step, st.samples_seen);
+            printf("tandem: resuming from %s (step %d of %d)\n", resume_dir, st.step, ti->total_steps);
         } else if (resumed == 1) {
             resumed = -1;
         }
@@ -777,22 +731,19 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     if (rc == 0) rc = agree(comm, resumed < 0 ? -1 : 0);
     if (rc == 0) rc = agree(comm, lead ? clear_previous(cfg) : 0); /* before this run writes anything */
     if (rc == 0) rc = agree(comm, tn_replica_sync_params(comm, m));
-    if (rc == 0) rc = agree(comm, tn_replica_sync_position(comm, t->opt, &t->step, &t->samples_seen, !t->zero_stage));
-    if (rc == 0 && t->zero_stage) { /* every rank holds rank 0's whole model now: keep the shard */
-        tn_trainer_shard(t);
-        if (t->opt->step > 0) rc = agree(comm, tn_zero_load_moments(t->zero, t->opt, resume_dir));
-    }
+    if (rc == 0) rc = agree(comm, tn_trainer_sync_position(t));
+    /* every rank holds rank 0's whole model now: ZeRO keeps its shard, DiLoCo takes it as the consensus */
     if (rc == 0) tn_trainer_start(t);
-    if (rc == 0 && t->step > 0) { /* residuals, shares, DiLoCo's state */
-        rc = agree(comm, tn_trainer_load_state(t, resume_dir));
-        if (rc == 0 && lead && t->note[0]) printf("tandem: %s\n", t->note);
-        t->note[0] = 0;
+    if (rc == 0 && ti->step > 0) { /* optimizer shards, residuals, shares, DiLoCo's state */
+        rc = tn_trainer_load_state(t, resume_dir);
+        const char *note = tn_trainer_take_note(t);
+        if (rc == 0 && lead && note) printf("tandem: %s\n", note);
     }
     job_ctx j = {.cfg = cfg, .t = t, .comm = comm, .lead = lead, .config_fingerprint = config_fingerprint,
                  .recipe = recipe, .eval = eval.n > 0 && !is_demo(cfg) ? &eval : NULL};
     if (rc == 0 && lead) { /* trainer_log.jsonl: continued on resume, fresh otherwise */
-        j.log = tn_run_log_open(cfg->output_dir, t->step);
-        if (j.log && t->step > 0 && resume_dir[0] && tn_run_log_load_history(j.log, resume_dir) != 0) {
+        j.log = tn_run_log_open(cfg->output_dir, ti->step);
+        if (j.log && ti->step > 0 && resume_dir[0] && tn_run_log_load_history(j.log, resume_dir) != 0) {
             tn_run_log_close(j.log);
             j.log = NULL;
         }
@@ -825,7 +776,7 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     if (rc == 0) {
         j.t0 = tn_now();
         tn_monitor_clock(j.mon, j.t0);
-        j.start_step = t->step;
+        j.start_step = ti->step;
         tn_comm_heartbeat(comm);
         tn_comm_set_peer_timeout(comm, cfg->peer_timeout); /* from here on every rank keeps step */
         rc = train_loop(&j);
@@ -833,7 +784,7 @@ int tn_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t config_fing
     }
     double eval_loss = 0, eval_rt = 0, train_rt = 0;
     if (rc == 0) rc = final_eval(&j, &eval_loss, &eval_rt, &train_rt);
-    if (rc == 0 && t->zero) rc = agree(comm, tn_zero_full(t->zero)); /* rank 0 writes the whole model */
+    if (rc == 0) rc = agree(comm, tn_trainer_full(t)); /* rank 0 writes the whole model (ZeRO gathers it) */
     if (lead) tn_comm_busy(comm, 1), tn_rank_watch_saving(1);
     if (rc == 0) {
         /* rank 0 alone writes; the others wait for its verdict so every rank exits with the same status */

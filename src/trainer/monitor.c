@@ -51,6 +51,7 @@ typedef struct {
 
 struct tn_monitor {
     const tn_trainer *t;
+    const tn_trainer_info *in; /* t's, kept current by the trainer */
     tn_comm *comm;
     int rank, world, n_nodes, first_of_machine;
     int32_t *node_of;     /* [world], rank 0 */
@@ -97,11 +98,12 @@ static double resident_bytes(void) {
 }
 
 static void sample_memory(const tn_trainer *t, note *n) {
-    const tn_model *md = t->model;
+    const tn_model *md = tn_trainer_get_info(t)->model;
     const tn_backend *be = md->be;
+    const tn_adamw *o = tn_trainer_optimizer(t);
     n->mem[0] = (float)be->resident(md->slab, md->n_trainable);
     n->mem[1] = (float)be->resident(md->grad, md->n_trainable);
-    n->mem[2] = (float)(be->resident(t->opt->m, t->opt->n) + be->resident(t->opt->v, t->opt->n));
+    n->mem[2] = (float)(be->resident(o->m, o->n) + be->resident(o->v, o->n));
     n->mem[3] = (float)resident_bytes();
 }
 
@@ -194,7 +196,7 @@ static void add_capacity(cJSON *job, const tn_comm *comm, int world, int n_nodes
 }
 
 static char *job_line(const tn_monitor *m, const rank_shape *shapes, const char *topo) {
-    const tn_trainer *t = m->t;
+    const tn_trainer_info *t = m->in;
     const tn_model *md = t->model;
     cJSON *job = cJSON_CreateObject();
     cJSON_AddStringToObject(job, "kind", "job");
@@ -207,13 +209,13 @@ static char *job_line(const tn_monitor *m, const rank_shape *shapes, const char 
     cJSON_AddStringToObject(job, "model", md->cfg.model_type);
     cJSON_AddStringToObject(job, "output_dir", t->cfg->output_dir);
     cJSON_AddStringToObject(job, "config", t->cfg->source_path);
-    cJSON_AddStringToObject(job, "sync", t->diloco ? "diloco" : "ddp");
+    cJSON_AddStringToObject(job, "sync", t->machine_local ? "diloco" : "ddp");
     cJSON_AddBoolToObject(job, "balance_ranks", t->balance);
     cJSON_AddNumberToObject(job, "zero_stage", t->zero_stage);
     cJSON_AddNumberToObject(job, "trainable", (double)md->n_trainable);
     cJSON_AddNumberToObject(job, "frozen", (double)(md->n_total - md->n_trainable));
     cJSON_AddNumberToObject(job, "global_batch", (double)t->world * t->micro_batch * t->accum);
-    cJSON_AddNumberToObject(job, "bytes_per_step", tn_trainer_bytes_per_step(t));
+    cJSON_AddNumberToObject(job, "bytes_per_step", tn_trainer_bytes_per_step(m->t));
     const char *text;
     double formula = zero_formula(t->zero_stage, (double)md->n_trainable, m->world, &text);
     cJSON *f = cJSON_AddObjectToObject(job, "memory_formula");
@@ -252,10 +254,11 @@ static char *job_line(const tn_monitor *m, const rank_shape *shapes, const char 
 
 /* ---- start */
 
-tn_monitor *tn_monitor_start(const tn_trainer *t, tn_comm *comm, int topology) {
+tn_monitor *tn_monitor_start(const tn_trainer *tr, tn_comm *comm, int topology) {
     const tn_comm_info *in = tn_comm_get_info(comm);
+    const tn_trainer_info *t = tn_trainer_get_info(tr);
     tn_monitor *m = tn_xcalloc(1, sizeof *m);
-    m->t = t, m->comm = comm, m->t0 = tn_now();
+    m->t = tr, m->in = t, m->comm = comm, m->t0 = tn_now();
     m->rank = in->rank, m->world = in->size, m->n_nodes = in->n_nodes, m->first_of_machine = in->local_rank == 0;
     m->last_mem = -1e9, m->last_link = -1e9;
     m->every = (m->world + RANKS_PER_LINE - 1) / RANKS_PER_LINE; /* the log grows by about 16 ranks' worth a step */
@@ -384,9 +387,9 @@ static void collect(tn_monitor *m, const note *own, double now) {
 /* ---- per step */
 
 void tn_monitor_step(tn_monitor *m, const tn_step_stats *st) {
-    if (!m || m->t->step % m->every != 0) return;
+    if (!m || m->in->step % m->every != 0) return;
     double now = tn_now();
-    note n = {.step = m->t->step, .samples = (int32_t)st->samples,
+    note n = {.step = m->in->step, .samples = (int32_t)st->samples,
               .times = {(float)st->times.data, (float)st->times.compute, (float)st->times.wait, (float)st->times.optimizer},
               .mem = {-1, -1, -1, -1}, .link = {-1, -1}};
     if (now - m->last_mem >= MEMORY_EVERY_S) sample_memory(m->t, &n), m->last_mem = now;
@@ -433,7 +436,7 @@ void tn_monitor_end(tn_monitor *m, int failed) {
         if (s > 0 && p->step == s) flush(m, p);
     }
     char line[160];
-    snprintf(line, sizeof line, "{\"kind\": \"end\", \"step\": %d, \"time\": %.6g, \"status\": \"%s\"}", m->t->step,
+    snprintf(line, sizeof line, "{\"kind\": \"end\", \"step\": %d, \"time\": %.6g, \"status\": \"%s\"}", m->in->step,
              tn_now() - m->t0, failed ? "failed" : "finished");
     write_line(m, line);
 }

@@ -98,6 +98,13 @@ int tn_replica_first_failure(tn_comm *c, int failed) {
     return v ? (int)(in->size - v) : -1;
 }
 
+int tn_replica_agree(tn_comm *c, int rc) {
+    if (!c) return rc ? -1 : 0; /* one process */
+    int first = tn_replica_first_failure(c, rc != 0);
+    if (first < 0) return 0;
+    return first == tn_comm_get_info(c)->rank ? -1 : -2;
+}
+
 int tn_replica_sync_position(tn_comm *c, tn_adamw *opt, int *step, int64_t *samples_seen, int moments) {
     if (tn_comm_get_info(c)->size == 1) return 0;
     int64_t pos[3] = {*step, *samples_seen, opt->step};

@@ -28,5 +28,9 @@ int tn_replica_sync_params(tn_comm *c, tn_model *m);
 int tn_replica_sync_position(tn_comm *c, tn_adamw *opt, int *step, int64_t *samples_seen, int moments);
 /* Collective: ok = 0 on this rank's success. Returns the lowest failing rank, or -1 when all succeeded. */
 int tn_replica_first_failure(tn_comm *c, int failed);
+/* Collective, after a local step that may fail (rc != 0): 0 when every rank succeeded, else -1 on the lowest
+ * failing rank (it reports its tn_err) and -2 on the others, so that no rank goes on to wait for one that has
+ * stopped. */
+int tn_replica_agree(tn_comm *c, int rc);
 
 #endif

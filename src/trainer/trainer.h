@@ -1,33 +1,34 @@
 /* trainer -- the optimizer-step loop: micro-batches, loss normalisation, clipping, schedule, AdamW.
  *
- * Owns one training run's state (model, workspace, optimizer, sampler position) on one rank. A step's
+ * Owns one training run's state (workspace, sampler position, the sync strategy and the batch shares) on one
+ * rank; opaque outside trainer/ (tn_trainer_get_info says what the job and the monitor may read). A step's
  * global batch is the next ranks x per-device batch x gradient_accumulation_steps samples of the sampler's
  * stream (one shuffle per epoch from seed + epoch; an epoch's last global batch is completed from the next
  * epoch's shuffle, so every sample is used exactly once per epoch across all ranks). Rank r takes the
  * contiguous slice [r * B * accum, (r + 1) * B * accum) of it. The loss is normalised by the trained tokens
  * of the whole global batch, counted (and summed over ranks) before any forward pass, so how the batch is
- * split into ranks and micro-batches does not change the update. Gradients are exchanged once per step
- * (grad_sync.h, compressed between machines with comm_compression); every rank then applies the identical
- * update. With balance_ranks the ranks' shares of the global batch follow their measured speed (balance.h):
- * rank r then takes the share[r] samples after those of ranks 0..r-1. With sync_mode: diloco (diloco.h) the
- * gradients are summed inside each machine only, the loss is normalised by the machine's trained tokens,
- * each machine steps alone and the machines meet every diloco_inner_steps steps; the numbers the log shows
- * are then summed over machines when that exchange completes (tn_trainer_next_logged). */
+ * split into ranks and micro-batches does not change the update. How the ranks agree on the step is the sync
+ * strategy's (strategy.h: plain data parallelism, ZeRO 1-3, compressed, DiLoCo), chosen from the
+ * configuration; the loop only calls its ops. With balance_ranks the ranks' shares of the global batch follow
+ * their measured speed (shares.h): rank r then takes the share[r] samples after those of ranks 0..r-1. With
+ * sync_mode: diloco the sums cover each machine only, each machine steps alone and the numbers the log shows
+ * are summed over machines when the round's exchange completes (tn_trainer_next_logged). */
 #ifndef TN_TRAINER_H
 #define TN_TRAINER_H
+
+#include <stdio.h>
 
 #include "comm/comm.h"
 #include "config/train_config.h"
 #include "data/dataset.h"
 #include "model/model.h"
 #include "trainer/optimizer.h"
-#include "trainer/sync_state.h"
-#include "trainer/zero.h"
+#include "trainer/test_hooks.h"
 
 /* Where one rank's step went, in seconds (tn_trainer_step measures it; the job monitor shows it per rank). */
 typedef struct {
     double data;       /* assembling this rank's micro-batches */
-    double compute;    /* forward and backward (an injected slowdown, TANDEM_FAULT_SLOW, included) */
+    double compute;    /* forward and backward (an injected slowdown, test_hooks.h, included) */
     double wait;       /* waiting for the other ranks: token counts, gradient exchange, loss sum, balancing */
     double optimizer;  /* clipping, AdamW, ZeRO's bookkeeping after the update */
 } tn_step_times;
@@ -41,53 +42,40 @@ typedef struct {
     int64_t tokens;    /* trained tokens (targets) of the global batch */
     int64_t seen;      /* tokens processed by all ranks (incl. prompt and padding) */
     double comm_wait;  /* seconds waited for the gradient exchange after backward */
+    double first_ready; /* seconds from the last micro-batch's start to its first complete bucket (tn_trainer_step) */
     tn_step_times times; /* this rank's step by phase (tn_trainer_step only; zero from tn_trainer_next_logged) */
     int64_t samples;   /* this rank's share of the global batch (tn_trainer_step only) */
 } tn_step_stats;
 
+typedef struct tn_trainer tn_trainer; /* opaque: what the loop needs of it, tn_trainer_get_info says */
+
+/* The run as the job and the monitor see it; step and samples_seen move with each step. */
 typedef struct {
     const tn_train_config *cfg;
     tn_model *model;
-    tn_acts *acts;
-    tn_adamw *opt;
     const tn_dataset *data;
     tn_comm *comm;           /* NULL: one process */
     int rank, world;
-    struct tn_grad_sync *sync;
-    int zero_stage;          /* ZeRO stage in effect (0: plain data parallelism, or one rank) */
-    tn_zero *zero;           /* stage >= 1, from tn_trainer_shard on */
-    struct tn_diloco *diloco; /* sync_mode: diloco on several ranks */
-    int codec;               /* tn_codec of the exchange between machines (0: fp32) */
-    int64_t *share;          /* [world] samples of the global batch per rank (balance.h) */
-    int balance;             /* balance_ranks on several ranks */
-    double bal_fixed, bal_fb, bal_samples; /* this rank's seconds (fixed, forward+backward) and samples, window */
-    int bal_steps;
-    char note[512];          /* a line for the log (balance changes), printed and cleared by the caller */
-    int has_final;           /* final: the last step's numbers (not DiLoCo, where they come later) */
-    tn_step_stats final;
-    tn_sampler sampler;
     int micro_batch, accum;  /* per-device batch, gradient accumulation steps */
+    int64_t global_batch;    /* world x micro_batch x accum */
     int total_steps, warmup_steps;
     int step;                /* optimizer steps done */
     int64_t samples_seen;
-    int32_t *ids, *labels;   /* [micro-batches, micro_batch, S] host staging of this rank's share of a step */
-    int *lens, *rows;        /* per micro-batch: padded length (<= S), samples (<= micro_batch) */
-    tn_mm_buf mm;            /* the images of the micro-batch about to run (vision-language data) */
-    int fault_nan_from, fault_nan_to; /* $TANDEM_FAULT_NAN_STEPS=A[-B]: rank 0 puts a NaN into its gradient on
-                                       * steps A..B (fault-injection tests of the non-finite-step path) */
-    int slow_rank, slow_from;         /* $TANDEM_FAULT_SLOW=RANK:STEP:FACTOR: from STEP on, rank RANK takes FACTOR */
-    double slow_factor;               /* times as long for each forward+backward (tests of balance_ranks) */
-    double slow_last;                 /* seconds the last micro-batch computed (before the injected sleep) */
-} tn_trainer;
+    const char *sync;        /* the sync strategy that runs (strategy.h): "ddp", "zero", "compressed", "diloco" */
+    int zero_stage;          /* ZeRO stage in effect (0: no sharding) */
+    int balance;             /* balance_ranks in effect */
+    int machine_local;       /* each machine steps alone (DiLoCo): a skip is the machine's, the log's numbers
+                              * come when the round's exchange completes */
+    int round;               /* steps between two exchanges between machines (1: every step) */
+} tn_trainer_info;
 
 /* Steps: max_steps if > 0, else ceil(num_train_epochs * n / global batch). */
 int tn_trainer_total_steps(const tn_train_config *cfg, int n_samples, int world);
 /* comm may be NULL (one process). NULL with tn_err on a bad bucket size. With cfg->zero_stage >= 1 on
- * several ranks the AdamW moments cover this rank's shard only (zero.h). */
-tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const tn_dataset *data, tn_comm *comm);
-/* Sharded runs: once every rank holds the same whole model (after the start-up broadcast), shard it
- * (stage 3 keeps only this rank's parameters from here on). Nothing for stage 0. */
-void tn_trainer_shard(tn_trainer *t);
+ * several ranks the AdamW moments cover this rank's shard only (zero.h). hooks: the faults to inject (copied;
+ * NULL: none). */
+tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const tn_dataset *data, tn_comm *comm,
+                              const tn_test_hooks *hooks);
 void tn_trainer_free(tn_trainer *t);
 /* Mean loss over every trained token of `eval` (no dropout, no update), the samples shared out over the
  * ranks (sample i on rank i mod world) and summed; collective. NAN with tn_err on failure. */
@@ -99,16 +87,43 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st);
 /* The next step whose numbers are final for the log (the loss every rank sees): 1 with *st, or 0. Plain data
  * parallelism: the step just done; DiLoCo: the steps of a round once its exchange completed. */
 int tn_trainer_next_logged(tn_trainer *t, tn_step_stats *st);
-/* After the start-up broadcast (every rank holds the same parameters): DiLoCo takes them as its consensus. */
+const tn_trainer_info *tn_trainer_get_info(const tn_trainer *t);
+/* This rank's optimizer (ZeRO: its shard's moments). */
+tn_adamw *tn_trainer_optimizer(const tn_trainer *t);
+/* Resuming on rank 0: the position the checkpoint holds. */
+void tn_trainer_set_position(tn_trainer *t, int step, int64_t samples_seen);
+/* Collective: every rank takes rank 0's position and (unless each rank holds its own shard of them) its
+ * optimizer moments. 0, or -1 + tn_err. */
+int tn_trainer_sync_position(tn_trainer *t);
+/* After the start-up broadcast (every rank holds the same whole model): the strategy starts from it (ZeRO
+ * keeps this rank's shard, stage 3 of the parameters too; DiLoCo takes it as its consensus). */
 void tn_trainer_start(tn_trainer *t);
-/* Checkpoints, collective: the exchange's state (sync_state.h) into dir (rank 0), and the parameters to save
- * in place until tn_trainer_save_end (DiLoCo: the consensus). */
-int tn_trainer_save_begin(tn_trainer *t, const char *dir);
-void tn_trainer_save_end(tn_trainer *t);
-/* Collective, after tn_trainer_start on a resumed run: restores that state from dir (rank 0's); a line for
- * what could not be restored exactly goes into t->note. 0 or -1 + tn_err. */
+/* Collective, after tn_trainer_start on a resumed run: restores from dir (rank 0's) the optimizer shards and
+ * the exchange's state (sync_state.h); a line for what could not be restored exactly is kept for
+ * tn_trainer_take_note. Agreed over the ranks: 0, -1 (this rank failed, tn_err) or -2 (another did). */
 int tn_trainer_load_state(tn_trainer *t, const char *dir);
+/* Checkpoints, collective, agreed as load_state (rc: this rank's failure so far, e.g. rank 0's folder): the
+ * optimizer's shards (with_opt) and the exchange's state into dir (rank 0), and the parameters to save in place
+ * (every one on every rank; DiLoCo: the consensus) until tn_trainer_save_end, which every rank calls. */
+int tn_trainer_save_begin(tn_trainer *t, const char *dir, int with_opt, int rc);
+void tn_trainer_save_end(tn_trainer *t);
+/* The optimizer state to write with the weights (NULL: the ranks' shards, saved by tn_trainer_save_begin). */
+const tn_adamw *tn_trainer_saved_optimizer(const tn_trainer *t);
+/* Collective, at the end: every parameter on every rank for the final save. 0, or -1 + tn_err. */
+int tn_trainer_full(tn_trainer *t);
+/* A line for the log (a balance change, what a resume could not restore) once, or NULL. */
+const char *tn_trainer_take_note(tn_trainer *t);
+/* The banner's lines on the exchange between ranks (several ranks). */
+void tn_trainer_describe(const tn_trainer *t, FILE *out);
 /* Bytes this machine sends to the network per optimizer step (averaged over a DiLoCo round). */
 double tn_trainer_bytes_per_step(const tn_trainer *t);
+/* Benchmarks: the most parameter + gradient bytes resident inside the passes since the last call (ZeRO samples
+ * them at every gather and release once tracking is on; 0 for the strategies that keep whole replicas), and
+ * the activation workspace's bytes. */
+void tn_trainer_track_peak(tn_trainer *t, int on);
+size_t tn_trainer_peak_bytes(tn_trainer *t);
+size_t tn_trainer_acts_bytes(const tn_trainer *t);
+/* The sync strategies this build has, by name ("ddp, zero, ..."), for `tandem env`. */
+void tn_trainer_strategies(char *out, size_t n);
 
 #endif

@@ -2,6 +2,7 @@
 #include "trainer/zero.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/core.h"
@@ -29,20 +30,32 @@ struct tn_zero {
     int *first;          /* [L + 3] group g's pieces are pieces[first[g + 1] .. first[g + 2]) */
     int *order;          /* [n_pieces] stages 1-2: piece indices by key */
     unsigned char *here; /* [L + 2] the group's parameters are complete on this rank */
+    int failed;          /* an all-gather failed inside a pass (the hooks return nothing): reported by the next */
+    char why[512];       /* call that can return an error (tn_zero_status, _clip, _after_update, _full) */
 };
 
 static void range_of(const tn_zero *z, int g, size_t *lo, size_t *hi) { tn_model_group_range(z->m, g, lo, hi); }
 
-static void start_piece(tn_zero *z, piece *p) {
-    p->op = tn_comm_iallgather_range(z->c, z->m->slab, z->m->n_trainable, p->lo, p->hi);
-    if (!p->op) tn_die("parameter all-gather of [%zu, %zu) failed: %s", p->lo, p->hi, tn_errmsg());
+/* The first failure is kept (as grad_sync keeps its first_error): the pass goes on over stale parameters,
+ * and the step that ran it fails with this message instead of the process dying inside the model. */
+static void fail(tn_zero *z, const piece *p) {
+    if (z->failed) return;
+    z->failed = 1;
+    snprintf(z->why, sizeof z->why, "parameter all-gather of [%zu, %zu) failed: %s", p->lo, p->hi, tn_errmsg());
 }
 
-static void wait_piece(piece *p) {
+static void start_piece(tn_zero *z, piece *p) {
+    p->op = tn_comm_iallgather_range(z->c, z->m->slab, z->m->n_trainable, p->lo, p->hi);
+    if (!p->op) fail(z, p);
+}
+
+static void wait_piece(tn_zero *z, piece *p) {
     tn_comm_op *op = p->op;
     p->op = NULL;
-    if (op && tn_comm_wait(op) != 0) tn_die("parameter all-gather of [%zu, %zu) failed: %s", p->lo, p->hi, tn_errmsg());
+    if (op && tn_comm_wait(op) != 0) fail(z, p);
 }
+
+int tn_zero_status(const tn_zero *z) { return z->failed ? tn_err("%s", z->why) : 0; }
 
 static int gathering(const tn_zero *z, int g) {
     for (int i = z->first[g + 1]; i < z->first[g + 2]; i++)
@@ -60,7 +73,7 @@ static void gather(tn_zero *z, int g) {
 static void wait_group(tn_zero *z, int g, int own_sends) {
     for (int i = z->first[g + 1]; i < z->first[g + 2]; i++) {
         piece *p = &z->pieces[i];
-        if (p->op && !(own_sends && p->mine && !tn_comm_test(p->op))) wait_piece(p);
+        if (p->op && !(own_sends && p->mine && !tn_comm_test(p->op))) wait_piece(z, p);
     }
     z->here[g + 1] = 1;
 }
@@ -68,7 +81,7 @@ static void wait_group(tn_zero *z, int g, int own_sends) {
 /* Stages 1-2: a piece this rank only sends may still be moving; it must have left before the optimizer
  * writes the shard it is read from. */
 static void collect_sends(tn_zero *z) {
-    for (int i = 0; i < z->n_pieces; i++) wait_piece(&z->pieces[i]);
+    for (int i = 0; i < z->n_pieces; i++) wait_piece(z, &z->pieces[i]);
 }
 
 /* Stage 3: the group's parameters outside this rank's shard go back to the system. */
@@ -172,14 +185,14 @@ int tn_zero_after_update(tn_zero *z) {
     for (int g = -1; g <= z->m->L; g++) z->here[g + 1] = z->first[g + 1] == z->first[g + 2];
     /* by offset into their shards: every owner sends at once, each shard's pieces in forward order */
     for (int i = 0; i < z->n_pieces; i++) start_piece(z, &z->pieces[z->order[i]]);
-    return 0;
+    return tn_zero_status(z);
 }
 
 int tn_zero_full(tn_zero *z) {
     for (int g = -1; g <= z->m->L; g++) gather(z, g);
     for (int g = -1; g <= z->m->L; g++) wait_group(z, g, 0);
     z->full = 1;
-    return 0;
+    return tn_zero_status(z);
 }
 
 void tn_zero_end_full(tn_zero *z) {
@@ -190,6 +203,7 @@ void tn_zero_end_full(tn_zero *z) {
 
 int tn_zero_clip(tn_zero *z, double max_norm, double *norm) {
     if (z->stage < 3) collect_sends(z); /* the update follows */
+    if (tn_zero_status(z) != 0) return -1; /* the pass that made these gradients read stale parameters */
     int size = tn_comm_get_info(z->c)->size;
     double mine = tn_grad_sumsq(z->m, z->lo, z->n), total = 0;
     double *all = tn_xmalloc((size_t)size * sizeof *all);

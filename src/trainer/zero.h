@@ -38,15 +38,19 @@ tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage);
 void tn_zero_free(tn_zero *z);
 int tn_zero_stage(const tn_zero *z);
 void tn_zero_shard(const tn_zero *z, size_t *lo, size_t *n);
-/* After the optimizer updated the shard: stages 1-2 start the all-gathers of the updated parameters. */
+/* After the optimizer updated the shard: stages 1-2 start the all-gathers of the updated parameters. 0, or -1
+ * + tn_err when one could not start (or an earlier one failed). */
 int tn_zero_after_update(tn_zero *z);
+/* 0, or -1 + tn_err naming the first parameter all-gather that failed so far (inside a forward or backward
+ * pass, where the model's param_hook cannot return it): that pass ran on stale parameters. */
+int tn_zero_status(const tn_zero *z);
 /* Every parameter on every rank (saving, generation): waits for / runs every gather; collective. While
  * full, the passes gather and release nothing. tn_zero_end_full releases again (stage 3). */
 int tn_zero_full(tn_zero *z);
 void tn_zero_end_full(tn_zero *z);
 /* Gradient norm over all shards (the same value on every rank) and clipping of this shard; call before the
  * update (stages 1-2: it also waits for this rank's parameter sends still reading the shard). -1 + tn_err
- * when the exchange fails. */
+ * when the exchange fails, or a parameter all-gather of the pass before did (tn_zero_status). */
 int tn_zero_clip(tn_zero *z, double max_norm, double *norm);
 void tn_zero_resident_bytes(const tn_zero *z, tn_zero_resident *r);
 /* Benchmarks: the most parameter + gradient bytes resident at any group boundary of the passes since the

@@ -59,15 +59,15 @@ static float *dev_get(const float *d, size_t n) {
 
 enum { N_GRAD = 200003 };
 
-static float want_grad(int mode, size_t i, size_t own_lo, size_t own_hi) {
+static float want_grad(tn_grad_mode mode, size_t i, size_t own_lo, size_t own_hi) {
     float s = 0;
     for (int r = 0; r < P; r++)
-        if (mode != TN_SYNC_LOCAL || node_of[r] == NODE) s += x_of(r, i);
-    if (mode == TN_SYNC_REDUCE_SCATTER_RELEASE && (i < own_lo || i >= own_hi)) return 0; /* released: zero */
+        if (mode != TN_GRAD_LOCAL || node_of[r] == NODE) s += x_of(r, i);
+    if (mode == TN_GRAD_REDUCE_SCATTER_RELEASE && (i < own_lo || i >= own_hi)) return 0; /* released: zero */
     return s;
 }
 
-static void test_grad_mode(tn_comm *c, int mode) {
+static void test_grad_mode(tn_comm *c, tn_grad_mode mode) {
     static const char *const names[] = {"all-reduce", "reduce-scatter", "reduce-scatter-release", "compressed",
                                         "machine-local"};
     size_t n = N_GRAD;
@@ -77,7 +77,7 @@ static void test_grad_mode(tn_comm *c, int mode) {
     memset(&m, 0, sizeof m);
     m.be = &fake_backend, m.n_trainable = m.n_total = n;
     m.grad = dev_put(h, n);
-    tn_grad_sync *s = mode == TN_SYNC_COMPRESSED ? tn_grad_sync_create_compressed(c, &m, 1 << 16, TN_CODEC_FP32)
+    tn_grad_sync *s = mode == TN_GRAD_COMPRESSED ? tn_grad_sync_create_compressed(c, &m, 1 << 16, TN_CODEC_FP32)
                                                  : tn_grad_sync_create(c, &m, 1 << 16, mode);
     CHECKF(s != NULL, "%s: %s", names[mode], tn_errmsg());
     if (!s) return;
@@ -86,11 +86,11 @@ static void test_grad_mode(tn_comm *c, int mode) {
     if (m.grad_ready) m.grad_ready(m.grad_ready_ctx, n - n / 3), m.grad_ready(m.grad_ready_ctx, n / 2);
     CHECKF(tn_grad_sync_finish(s) == 0, "%s: %s", names[mode], tn_errmsg());
     size_t lo = 0, len = n;
-    if (mode == TN_SYNC_REDUCE_SCATTER || mode == TN_SYNC_REDUCE_SCATTER_RELEASE) tn_comm_shard(c, n, R, &lo, &len);
+    if (mode == TN_GRAD_REDUCE_SCATTER || mode == TN_GRAD_REDUCE_SCATTER_RELEASE) tn_comm_shard(c, n, R, &lo, &len);
     float *got = dev_get(m.grad, n);
     size_t bad = n;
     for (size_t i = 0; i < n && bad == n; i++)
-        if ((mode == TN_SYNC_REDUCE_SCATTER_RELEASE || (i >= lo && i < lo + len)) &&
+        if ((mode == TN_GRAD_REDUCE_SCATTER_RELEASE || (i >= lo && i < lo + len)) &&
             got[i] != want_grad(mode, i, lo, lo + len))
             bad = i;
     CHECKF(bad == n, "%s: first wrong gradient %zu: %g, expected %g", names[mode], bad, bad < n ? got[bad] : 0,
@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
     tn_comm_device fake = {.name = "fake", .owns = fd_owns, .to_host = fd_to_host, .to_device = fd_to_device,
                            .queue = NULL, .device = R};
     CHECKF(tn_comm_attach_device(c, &fake, NULL, 0) == 0, "%s", tn_errmsg());
-    for (int mode = TN_SYNC_ALLREDUCE; mode <= TN_SYNC_LOCAL; mode++) test_grad_mode(c, mode);
+    for (int mode = TN_GRAD_ALLREDUCE; mode <= TN_GRAD_LOCAL; mode++) test_grad_mode(c, (tn_grad_mode)mode);
     for (int k = 0; k < 3; k++) test_diloco(c, k == 1, k == 2);
     /* with several ranks every mode moved gradients through the fake device's copies */
     if (P > 1) CHECKF(fd_to_host_bytes > 0 && fd_to_device_bytes > 0, "no staging: %zu bytes out, %zu in",

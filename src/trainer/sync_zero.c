@@ -1,0 +1,94 @@
+/* sync_zero.c -- ZeRO stages 1-3 (strategy.h, zero.h): gradients reduce-scattered into each rank's shard
+ * (stages 2-3: the rest of each bucket released once exchanged), AdamW moments for the shard only, the updated
+ * shard all-gathered after the step (stages 1-2) or before each use (stage 3, through the model's param_hook,
+ * installed at start once every rank holds the whole model). Each rank saves and loads its own moments. */
+#include <stdlib.h>
+
+#include "core/core.h"
+#include "trainer/strategy.h"
+#include "trainer/zero.h"
+
+extern const tn_strategy_ops tn_sync_zero;
+
+typedef struct {
+    tn_strategy base;
+    tn_zero *zero; /* from start on */
+} zero_strategy;
+
+static int picks(const tn_strategy_args *a) { return a->stage > 0; }
+
+static int check(const tn_strategy_args *a) {
+    if (a->cfg->comm_compression)
+        return tn_err("%s: comm_compression works on whole gradients, not ZeRO's reduce-scatter: set zero_stage 0 "
+                      "or comm_compression none", a->cfg->source_path[0] ? a->cfg->source_path : "<config>");
+    return 0;
+}
+
+static tn_strategy *create(const tn_strategy_args *a) {
+    zero_strategy *z = tn_xcalloc(1, sizeof *z);
+    tn_grad_mode mode = a->stage == 1 ? TN_GRAD_REDUCE_SCATTER : TN_GRAD_REDUCE_SCATTER_RELEASE;
+    tn_grad_sync *sync = tn_grad_sync_create(a->comm, a->model, tn_strategy_bucket_bytes(a), mode);
+    size_t lo = 0, n = 0;
+    if (sync) tn_comm_shard(a->comm, a->model->n_trainable, tn_comm_get_info(a->comm)->rank, &lo, &n);
+    if (tn_strategy_init(&z->base, &tn_sync_zero, a, sync, sync ? tn_adamw_create_range(a->model, lo, n) : NULL)) {
+        free(z);
+        return NULL;
+    }
+    z->base.shards_optimizer = 1;
+    return &z->base;
+}
+
+static void destroy(tn_strategy *s) {
+    zero_strategy *z = (zero_strategy *)s;
+    tn_zero_free(z->zero);
+    tn_strategy_fini(s);
+    free(z);
+}
+
+static tn_zero *zero_of(const tn_strategy *s) { return ((const zero_strategy *)s)->zero; }
+
+static void start(tn_strategy *s) {
+    zero_strategy *z = (zero_strategy *)s;
+    if (!z->zero) z->zero = tn_zero_create(s->a.comm, s->a.model, s->a.stage);
+}
+
+/* stages 2-3: released, the slab reads as zeros and holds no memory until backward writes it */
+static void clear_grads(tn_strategy *s) {
+    tn_model *m = s->a.model;
+    (s->a.stage >= 2 ? m->be->release : m->be->zero)(m->grad, m->n_trainable);
+}
+
+/* every rank adds the shards' sums of squares in the same order: the same norm everywhere */
+static int clip(tn_strategy *s, double max_norm, double *norm) { return tn_zero_clip(zero_of(s), max_norm, norm); }
+static int after_update(tn_strategy *s) { return tn_zero_after_update(zero_of(s)); }
+static int full(tn_strategy *s) { return tn_zero_full(zero_of(s)); }
+static void end_full(tn_strategy *s) { tn_zero_end_full(zero_of(s)); }
+static int status(const tn_strategy *s) { return zero_of(s) ? tn_zero_status(zero_of(s)) : 0; }
+static void track_peak(tn_strategy *s, int on) { tn_zero_track_peak(((zero_strategy *)s)->zero, on); }
+static size_t peak_bytes(tn_strategy *s) { return tn_zero_peak_bytes(((zero_strategy *)s)->zero); }
+static int save_moments(tn_strategy *s, const char *dir) { return tn_zero_save_moments(zero_of(s), s->opt, dir); }
+
+/* a run resumed before any update has no moments to restore */
+static int load_moments(tn_strategy *s, const char *dir) {
+    return s->opt->step > 0 ? tn_zero_load_moments(zero_of(s), s->opt, dir) : 0;
+}
+
+const tn_strategy_ops tn_sync_zero = {
+    .name = "zero",
+    .summary = "ZeRO stages 1-3: gradients reduce-scattered, optimizer state (2: + gradients, 3: + parameters) sharded",
+    .picks = picks,
+    .check = check,
+    .create = create,
+    .destroy = destroy,
+    .start = start,
+    .clear_grads = clear_grads,
+    .clip = clip,
+    .after_update = after_update,
+    .full = full,
+    .end_full = end_full,
+    .status = status,
+    .save_moments = save_moments,
+    .load_moments = load_moments,
+    .track_peak = track_peak,
+    .peak_bytes = peak_bytes,
+};
