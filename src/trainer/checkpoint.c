@@ -296,8 +296,7 @@ int tn_checkpoint_verify(const char *dir) {
     return rc;
 }
 
-/* Steps of the checkpoint-N folders in output_dir, newest first. */
-static int list_steps(const char *output_dir, int **steps) {
+int tn_checkpoint_steps(const char *output_dir, int **steps) {
     *steps = NULL;
     DIR *d = opendir(output_dir);
     if (!d) return 0;
@@ -320,13 +319,13 @@ static int list_steps(const char *output_dir, int **steps) {
 }
 
 int tn_checkpoint_any(const char *output_dir) {
-    int *steps, n = list_steps(output_dir, &steps);
+    int *steps, n = tn_checkpoint_steps(output_dir, &steps);
     free(steps);
     return n > 0;
 }
 
 int tn_checkpoint_latest(const char *output_dir, char *out, size_t size) {
-    int *steps, n = list_steps(output_dir, &steps), found = 0;
+    int *steps, n = tn_checkpoint_steps(output_dir, &steps), found = 0;
     for (int i = 0; i < n && !found; i++) {
         char name[64];
         snprintf(name, sizeof name, "checkpoint-%d", steps[i]);
@@ -402,7 +401,7 @@ int tn_checkpoint_recipe(const char *dir, char *out, size_t n) {
 
 int tn_checkpoint_prune(const char *output_dir, int limit) {
     if (limit <= 0) return 0;
-    int *steps, n = list_steps(output_dir, &steps), kept = 0, rc = 0;
+    int *steps, n = tn_checkpoint_steps(output_dir, &steps), kept = 0, rc = 0;
     for (int i = 0; i < n; i++) {
         char name[64];
         snprintf(name, sizeof name, "checkpoint-%d", steps[i]);

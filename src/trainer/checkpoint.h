@@ -58,6 +58,9 @@ int tn_checkpoint_load(const char *dir, tn_model *m, tn_adamw *opt, tn_ckpt_stat
 int tn_checkpoint_recipe(const char *dir, char *out, size_t n);
 /* Keeps the newest `limit` verified checkpoints (never removes the newest verified one). */
 int tn_checkpoint_prune(const char *output_dir, int limit);
+/* The steps N of output_dir's checkpoint-N folders, newest first, into *steps (caller frees; NULL when none); their
+ * count (0 also when output_dir cannot be read). */
+int tn_checkpoint_steps(const char *output_dir, int **steps);
 /* 1 when output_dir holds checkpoint-* folders. */
 int tn_checkpoint_any(const char *output_dir);
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "trainer/checkpoint.h"
 #include "model/safetensors.h"
 
 int tn_image_ckpt_save(const char *output_dir, int step, tn_resnet *m, const float *opt_a, const float *opt_b,
@@ -90,28 +91,6 @@ int tn_image_ckpt_latest(const char *output_dir, char *out, size_t n) {
     return best;
 }
 
-/* the checkpoint-N steps in output_dir, descending, into *steps (caller frees); their count */
-static int ckpt_steps(const char *output_dir, int **steps) {
-    *steps = NULL;
-    DIR *d = opendir(output_dir);
-    if (!d) return 0;
-    int n = 0, cap = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        int k;
-        char tail;
-        if (sscanf(e->d_name, "checkpoint-%d%c", &k, &tail) != 1 || k < 0) continue;
-        if (n == cap) *steps = tn_xrealloc(*steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof **steps);
-        (*steps)[n++] = k;
-    }
-    closedir(d);
-    for (int i = 1; i < n; i++) /* insertion sort, descending */
-        for (int j = i; j > 0 && (*steps)[j] > (*steps)[j - 1]; j--) {
-            int t = (*steps)[j];
-            (*steps)[j] = (*steps)[j - 1], (*steps)[j - 1] = t;
-        }
-    return n;
-}
-
 /* a checkpoint folder holds plain files only (tn_image_ckpt_save, plus a writer's temporaries): one pass checks that,
  * the next removes them, then the folder; a folder with anything else in it (a sub-folder) is left whole, reported */
 static int rm_ckpt(const char *dir) {
@@ -137,7 +116,7 @@ static int rm_ckpt(const char *dir) {
 
 int tn_image_ckpt_prune(const char *output_dir, int limit) {
     if (limit <= 0) return 0;
-    int *steps, n = ckpt_steps(output_dir, &steps), kept = 0, rc = 0;
+    int *steps, n = tn_checkpoint_steps(output_dir, &steps), kept = 0, rc = 0;
     for (int i = 0; rc == 0 && i < n; i++) {
         char name[32];
         snprintf(name, sizeof name, "checkpoint-%d", steps[i]);

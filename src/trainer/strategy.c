@@ -2,6 +2,7 @@
 #include "trainer/strategy.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "comm/exchange.h"
 #include "core/core.h"
@@ -36,6 +37,20 @@ int tn_strategy_init(tn_strategy *s, const tn_strategy_ops *ops, const tn_strate
 void tn_strategy_fini(tn_strategy *s) {
     tn_grad_sync_free(s->sync);
     tn_adamw_free(s->opt);
+}
+
+tn_strategy *tn_strategy_plain(const tn_strategy_ops *ops, const tn_strategy_args *a, tn_grad_sync *sync) {
+    tn_strategy *s = tn_xcalloc(1, sizeof *s);
+    if (tn_strategy_init(s, ops, a, sync, NULL) != 0) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void tn_strategy_plain_free(tn_strategy *s) {
+    tn_strategy_fini(s);
+    free(s);
 }
 
 size_t tn_strategy_bucket_bytes(const tn_strategy_args *a) { return (size_t)(a->cfg->ddp_bucket_cap_mb * 1048576.0); }

@@ -113,6 +113,10 @@ void tn_strategy_free(tn_strategy *s);
 int tn_strategy_init(tn_strategy *s, const tn_strategy_ops *ops, const tn_strategy_args *a, tn_grad_sync *sync,
                      tn_adamw *opt);
 void tn_strategy_fini(tn_strategy *s);
+/* A strategy with no state of its own (plain and compressed data parallelism): allocated and initialised (NULL when
+ * sync is NULL), and its destroy. */
+tn_strategy *tn_strategy_plain(const tn_strategy_ops *ops, const tn_strategy_args *a, tn_grad_sync *sync);
+void tn_strategy_plain_free(tn_strategy *s);
 /* The gradient buckets' size cap (ddp_bucket_cap_mb) in bytes. */
 size_t tn_strategy_bucket_bytes(const tn_strategy_args *a);
 

@@ -13,18 +13,7 @@ extern const tn_strategy_ops tn_sync_compressed;
 static int picks(const tn_strategy_args *a) { return a->stage == 0 && a->codec != TN_CODEC_FP32; }
 
 static tn_strategy *create(const tn_strategy_args *a) {
-    tn_strategy *s = tn_xcalloc(1, sizeof *s);
-    tn_grad_sync *sync = tn_grad_sync_create_compressed(a->comm, a->model, tn_strategy_bucket_bytes(a), a->codec);
-    if (tn_strategy_init(s, &tn_sync_compressed, a, sync, NULL) != 0) {
-        free(s);
-        return NULL;
-    }
-    return s;
-}
-
-static void destroy(tn_strategy *s) {
-    tn_strategy_fini(s);
-    free(s);
+    return tn_strategy_plain(&tn_sync_compressed, a, tn_grad_sync_create_compressed(a->comm, a->model, tn_strategy_bucket_bytes(a), a->codec));
 }
 
 /* what the machine sends: every bucket's encodings */
@@ -66,7 +55,7 @@ const tn_strategy_ops tn_sync_compressed = {
     .summary = "data parallel, gradients encoded (bf16 / int8, error feedback) between machines: comm_compression",
     .picks = picks,
     .create = create,
-    .destroy = destroy,
+    .destroy = tn_strategy_plain_free,
     .save_state = save_state,
     .load_state = load_state,
     .bytes_per_step = bytes_per_step,

@@ -11,18 +11,7 @@ extern const tn_strategy_ops tn_sync_ddp;
 static int picks(const tn_strategy_args *a) { return a != NULL; } /* what is left when no other picks */
 
 static tn_strategy *create(const tn_strategy_args *a) {
-    tn_strategy *s = tn_xcalloc(1, sizeof *s);
-    tn_grad_sync *sync = tn_grad_sync_create(a->comm, a->model, tn_strategy_bucket_bytes(a), TN_GRAD_ALLREDUCE);
-    if (tn_strategy_init(s, &tn_sync_ddp, a, sync, NULL) != 0) {
-        free(s);
-        return NULL;
-    }
-    return s;
-}
-
-static void destroy(tn_strategy *s) {
-    tn_strategy_fini(s);
-    free(s);
+    return tn_strategy_plain(&tn_sync_ddp, a, tn_grad_sync_create(a->comm, a->model, tn_strategy_bucket_bytes(a), TN_GRAD_ALLREDUCE));
 }
 
 const tn_strategy_ops tn_sync_ddp = {
@@ -30,5 +19,5 @@ const tn_strategy_ops tn_sync_ddp = {
     .summary = "data parallel: gradients all-reduced every step (hierarchical: inside each machine first)",
     .picks = picks,
     .create = create,
-    .destroy = destroy,
+    .destroy = tn_strategy_plain_free,
 };
