@@ -76,7 +76,7 @@ static void drop_host(tn_comm *c, struct tn_staged *s) {
     else if (s->owns_host) free(s->host);
 }
 
-/* A pinned buffer of at least bytes: a kept one of that size, else a new one */
+/* A pinned buffer of exactly bytes: a kept one of that size (buckets repeat their sizes every step), else a new one */
 static void *pinned_take(tn_comm *c, size_t bytes) {
     for (struct tn_pinned **pp = &c->pinned; *pp; pp = &(*pp)->next)
         if ((*pp)->bytes == bytes) {
