@@ -243,6 +243,8 @@ mutant dashboard-points-printed-by-cjson serve/dash_view.c \
   'if (isfinite(v)) tn_sb_py_float(b, v);' 'if (isfinite(v)) tn_sb_printf(b, "%.15g", v);' test_unit_dashboard
 mutant dashboard-event-ring-without-byte-bound serve/dash_store.c \
   's->bytes + b.n > STORE_EVENT_BYTES' 's->bytes + b.n > 4 * STORE_EVENT_BYTES' test_unit_dashboard
+mutant dashboard-cpu-in-clock-ticks serve/dashboard.c \
+  'if (clock_gettime(clock, &ts) != 0) return -1;' 'if (clock_gettime(clock, &ts) != 0 || 1) return -1;' test_unit_dashboard
 # the plan's cost model (tests/unit/test_unit_plan.c)
 mutant plan-allreduce-bytes-halved trainer/plan.c \
   'r->link_bytes = M > 1 ? 2 * (M - 1) / M * G : 0;' 'r->link_bytes = M > 1 ? (M - 1) / M * G : 0;' test_unit_plan
