@@ -14,11 +14,12 @@
 # is not in it, time the ranks spin waiting for each other is); per round the ratio of on and viewers to
 # the same round's off; over rounds the median ratio, min-max and a 90% bootstrap interval of the mean ratio.
 # The run's own account is printed too (the job monitor's share of the step time on every rank, the dashboard
-# threads' CPU against rank 0's): it bounds the dashboard's cost independently of the wall clock's noise. The
-# monitor (the per-step notes to rank 0) runs in every mode, so the ratios do not contain it; it times itself on
-# the training thread in wall time, which on a core the two ranks share also counts the other rank's compute
-# whenever the scheduler switches inside a monitor call: a last run, each rank on a core of its own (launch's
-# default binding), gives its figure without that.
+# threads' CPU against rank 0's, and against the job's, which is all the training core worked for it): it bounds
+# the dashboard's cost independently of the wall clock's noise. The monitor (the per-step notes to rank 0) runs in
+# every mode, so the ratios do not contain it; it times itself on the training thread in wall time, which on a core
+# the two ranks share also counts the other rank's compute whenever the scheduler switches inside a monitor call
+# (Open MPI yields in every probe for notes): a last run, each rank on a core of its own (launch's default
+# binding), gives its figure without that.
 # docs/performance.md, "Dashboard", has the figures and the command.
 #   bench/bench_dashboard.sh [--rounds R] [--steps N] [--warmup W] [--train-cores LIST] [--viewer-cores LIST]
 #   (defaults 9, 140, 20, 0, 1)
@@ -45,6 +46,7 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1} # two ranks on one core: a waiting rank yields
 T=$(mktemp -d /tmp/tandem-benchdash-XXXXXX)
 trap 'rm -rf "$T"' EXIT
+trap 'exit 1' INT TERM
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # one MODE ROUND: one run; appends "ROUND MODE mean_ms median_ms monitor% dashcpu% viewers_with_events" to $T/runs
@@ -69,8 +71,9 @@ one() {
   fi
   mon=$(sed -n 's/.*at most \([0-9.]*\)% on any rank.*/\1/p' "$T/run.log")
   cpu=$(sed -n 's/.* of CPU, \([0-9.]*\)% of this process.*/\1/p' "$T/run.log")
+  dash=$(sed -n 's/.*threads used \([0-9.]*\) s of CPU.*/\1/p' "$T/run.log")
   /usr/bin/python3 - "$T/run/tandem_ranks.jsonl" "$WARMUP" "$2 $mode" "$(awk '{ print $1 + $2 }' "$T/time")" \
-    "${mon:--} ${cpu:--} ${seen:--}" \
+    "${mon:--} ${cpu:--} ${seen:--} ${dash:--}" \
     >>"$T/runs" <<'EOF'
 import json, statistics, sys
 t = [json.loads(l)["time"] for l in open(sys.argv[1]) if '"kind": "step"' in l[:24]]
@@ -83,7 +86,7 @@ EOF
 lscpu | grep -E "Model name|^CPU\(s\)" | sed 's/  */ /g'
 echo "# $STEPS steps of the demo on 2 ranks (first $WARMUP left out), $ROUNDS rounds; training on cores $TRAIN," \
   "viewers and this script on $VIEW; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# round mode mean_ms/step median_ms/step job_cpu_s monitor_max% dash_cpu% viewers_with_events"
+echo "# round mode mean_ms/step median_ms/step job_cpu_s monitor_max% dash_cpu% viewers_with_events dash_cpu_s"
 : >"$T/runs"
 for r in $(seq 1 "$ROUNDS"); do
   case $((r % 3)) in 1) order="off on viewers" ;; 2) order="on viewers off" ;; *) order="viewers off on" ;; esac
@@ -113,7 +116,9 @@ for col, what in ((2, "per-step mean"), (3, "per-step median"), (4, "job's CPU s
 for mode in ("on", "viewers"):
     cpu = [float(runs[(k, mode)][6]) for k in rounds if runs[(k, mode)][6] != "-"]
     mon = [float(runs[(k, mode)][5]) for k in rounds if runs[(k, mode)][5] != "-"]
+    core = [100 * float(runs[(k, mode)][8]) / float(runs[(k, mode)][4]) for k in rounds if runs[(k, mode)][8] != "-"]
     if cpu:
-        print("%-7s dashboard threads' share of rank 0's CPU: %.3f-%.3f%%; monitor, max share of a step (any "
-              "rank): %.3f-%.3f%%" % (mode, min(cpu), max(cpu), min(mon), max(mon)))
+        print("%-7s dashboard threads' CPU: %.3f-%.3f%% of rank 0's, %.3f-%.3f%% of the job's (all the training core "
+              "ran for it); monitor, max share of a step (any rank): %.3f-%.3f%%"
+              % (mode, min(cpu), max(cpu), min(core), max(core), min(mon), max(mon)))
 EOF

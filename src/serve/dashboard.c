@@ -27,12 +27,14 @@
 #endif
 
 #define POLL_MS 500          /* the files are read, and viewers woken, twice a second, */
-#define POLL_MS_CROWD 1000   /* once a second with more than CROWD viewers (each costs a wake-up and a write) */
+#define POLL_MS_CROWD 2000   /* every 2 s with more than CROWD viewers (each costs a wake-up and a write) */
 #define CROWD 8
 #define LINES_KEPT 200         /* output lines the page shows */
 #define LINE_QUEUE 256         /* lines waiting for the file thread; more are dropped */
 #define MAX_VIEWERS 128        /* connections at once */
 #define KEEPALIVE_S 15.0
+#define VIEWER_WAIT_MS 5000    /* a viewer with no event wakes this often to check its client (and the keep-alive):
+                                * shorter than the polls, it would wake between every two events for nothing */
 #define TOKEN_MIN 16
 #define CPU_TIDS 4096
 #define DRAIN_S 2.0            /* at the stop, how long viewers may take to receive the last events */
@@ -292,7 +294,7 @@ static ssize_t viewer_next(void *ctx, char *buf, size_t max) {
         if (!v->opened) {
             v->opened = 1, fixed = hello;
         } else {
-            int rc = tn_store_next(v->d->store, &v->seq, &v->pending, &v->n, 1000); /* then the client is checked */
+            int rc = tn_store_next(v->d->store, &v->seq, &v->pending, &v->n, VIEWER_WAIT_MS); /* then: the client */
             if (rc == -2) return -1;
             if (rc == -1) fixed = resync;
             if (rc == 0 && tn_now() - v->last > KEEPALIVE_S) fixed = ping;
