@@ -49,7 +49,8 @@ trap 'rm -rf "$T"' EXIT
 trap 'exit 1' INT TERM
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# one MODE ROUND: one run; appends "ROUND MODE mean_ms median_ms monitor% dashcpu% viewers_with_events" to $T/runs
+# one MODE ROUND: one run; appends "ROUND MODE mean_ms median_ms job_cpu_s monitor% dash% viewers dash_s" to $T/runs
+# (the run's figures, "-" where the mode has none)
 one() {
   mode=$1 port=$(free_port) extra="" vpid="" seen=-
   [ "$mode" = off ] || extra="dashboard=127.0.0.1:$port"
