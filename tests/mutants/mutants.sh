@@ -251,6 +251,9 @@ mutant plan-no-overlap-with-backward trainer/plan.c \
   'return fmax(j->compute_s + comm, first_ready + comm);' test_unit_plan
 mutant plan-diloco-round-not-hidden trainer/plan.c \
   'fmax(0, round_link - H * step)' 'round_link' test_unit_plan
+mutant plan-balanced-shards-sent-to-one-owner trainer/plan.c \
+  '(M > 1 ? link_time(c, (M - 1) * G / M, nb * (M - 1)) : 0);' '(M > 1 ? link_time(c, (M - 1) * G, nb * (M - 1)) : 0);' \
+  test_unit_plan
 mutant plan-zero2-formula trainer/plan.c \
   'case TN_PLAN_ZERO2: state = 4 * P + 12 * P / N; break;' 'case TN_PLAN_ZERO2: state = 8 * P + 8 * P / N; break;' test_unit_plan
 # ZeRO's balanced shards (tests/unit/test_unit_shard_layout.c): the owner of a chunk, the optimizer's packed moments,
