@@ -34,6 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_dp import BIN, ENV, KIT, SHAPE, iperf_rate, run, tandem_json  # noqa: E402
 
+ENV["TANDEM_NETNS"] = "tbzero"  # its own namespaces: a bench_dp.py run beside it keeps "tbench"
+
 FORMULA = {0: lambda p, n: 16 * p, 1: lambda p, n: 8 * p + 8 * p / n, 2: lambda p, n: 4 * p + 12 * p / n,
            3: lambda p, n: 16 * p / n}
 
