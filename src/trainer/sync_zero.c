@@ -109,7 +109,8 @@ static void describe(const tn_strategy *s, FILE *out) {
 
 const tn_strategy_ops tn_sync_zero = {
     .name = "zero",
-    .summary = "ZeRO stages 1-3: gradients reduce-scattered, optimizer state (2: + gradients, 3: + parameters) sharded",
+    .summary = "ZeRO stages 1-3: gradients reduce-scattered, optimizer state (2: + gradients, 3: + parameters) sharded "
+               "(zero_shard_layout: balanced, FSDP's chunk of every unit, or contiguous)",
     .picks = picks,
     .check = check,
     .create = create,
