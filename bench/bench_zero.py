@@ -24,7 +24,7 @@ Phases (every stage of a phase measured back to back, --rounds times; medians ov
 PyTorch's FSDP is not measured beside it: Debian's torch 1.13 cannot import torch.distributed.fsdp under
 Python 3.11 (a dataclass in its sharded-tensor metadata has a mutable default: ValueError at import).
 
-Usage (root, for the namespaces):  bench/bench_zero.sh [--phases local,netns,layout] [--machines 2,4]
+Usage (root, for the namespaces):  bench/bench_zero.sh [--phases local,netns,layout] [--machines 2,4] [--rate R]
                                    [--rounds R] [--steps K]
                                    [--json OUT.jsonl]
 """
@@ -65,7 +65,8 @@ LAYOUT_RUNS = [(0, "balanced"), (2, "contiguous"), (2, "balanced"), (3, "contigu
 def layouts(a, out):
     """Contiguous vs balanced shards at each machine count, every configuration back to back per round."""
     for machines in (int(m) for m in a.machines.split(",")):
-        subprocess.run([KIT, "up", "--machines", str(machines), *SHAPE], env=ENV, check=True)
+        shape = [a.rate if x == "100mbit" else x for x in SHAPE]
+        subprocess.run([KIT, "up", "--machines", str(machines), *shape], env=ENV, check=True)
         try:
             rows = {}
             for r in range(a.rounds):
@@ -75,7 +76,7 @@ def layouts(a, out):
             subprocess.run([KIT, "down"], env=ENV)
         load = open("/proc/loadavg").read().split()[0]
         g = rows[(0, "balanced")][0]["grad_mb"] * 1048576.0 / 1e6
-        print(f"\nlayout, {machines} machines x 1 rank over 100 Mbit/s, tiny preset ({g:.1f} MB of gradients), "
+        print(f"\nlayout, {machines} machines x 1 rank over {a.rate}, tiny preset ({g:.1f} MB of gradients), "
               f"{a.rounds} round(s), load average {load} after the runs")
         print("| machines | stage | shards | ms/step | vs DDP | per link and unit of B bytes |")
         print("|---|---|---|---|---|---|")
@@ -93,6 +94,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--phases", default="local,netns,layout")
     ap.add_argument("--machines", default="2,4", help="machine counts of the layout phase")
+    ap.add_argument("--rate", default="100mbit", help="the layout phase's link rate (tc's units); a slower one "
+                    "stands for faster compute where the cores are too few for the ranks")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--json", default="")
