@@ -21,7 +21,7 @@ least max(T1, first_grad + G / rate), rate = one TCP stream's (iperf3, 10 s, mea
 
 Usage (root for the namespaces; bench_resnet_dp.sh sets both sides on the same OpenBLAS kernel):
   bench/bench_resnet_dp.sh [--links local,10gbit,100mbit] [--rounds 2] [--steps 20] [--slow-steps 6]
-                           [--warmup 2] [--batch 64] [--threads 1] [--no-torch] [--json OUT.jsonl]
+                           [--warmup 2] [--batch 64] [--threads 1] [--no-torch] [--bucket-mb MB] [--json OUT.jsonl]
 --slow-steps: timed steps over links under 1 Gbit/s (a 100 Mbit/s step takes seconds).
 (internally re-invokes itself with --worker for every PyTorch process)
 """
@@ -61,6 +61,8 @@ def parse_args(argv):
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--bucket-mb", type=float, default=None, help="tandem's gradient buckets (0: one all-reduce after "
+                    "backward; default train's ddp_bucket_cap_mb, 4)")
     ap.add_argument("--json", default="")
     ap.add_argument("--tandem", default=bench_dp.BIN)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -139,7 +141,7 @@ def result(out, impl):
 
 def tandem(a, link, ranks):
     args = [a.tandem, "bench", "resnet", "--batch", str(a.batch), "--steps", str(steps_for(a, link)), "--warmup",
-            str(a.warmup)]
+            str(a.warmup)] + ([] if a.bucket_mb is None else ["--bucket-mb", f"{a.bucket_mb:g}"])
     if ranks == 1:
         return result(bench_dp.run(["taskset", "-c", "0", *args]), "tandem")
     if LINKS.get(link, 1) is None:
