@@ -4,12 +4,14 @@
 Each row below is a measurement recorded in docs/performance.md (the section is named), with the one-rank step
 time T1 and the link rate measured in the same invocation. The plan gets T1 as --step-time and the link as
 bytes/s, predicts the multi-rank step, and this prints predicted / measured per row (target: within 15%).
-Rows with --fresh re-measure on this machine instead (bench_lowcomm.sh / bench_zero.sh; needs root for the
-network namespaces and an hour of a quiet machine).
+--fresh measures instead, every input and every step in this invocation (plan_fresh.py; root, for the network
+namespaces; about 15 minutes).
 
-Usage: bench/plan_validate.py [--bin build/tandem] [--markdown]
+Usage: bench/plan_validate.py [--bin build/tandem] [--markdown] [--fresh local,netns [--rounds R]]
 """
 import argparse, json, os, subprocess, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # (preset, strategy row, machines, ranks per machine, overrides, T1 s, link B/s, measured s, where recorded)
@@ -39,6 +41,10 @@ ROWS = [
 ]
 
 
+def load():
+    return float(open("/proc/loadavg").read().split()[0])
+
+
 def predict(binary, preset, machines, ranks, overrides, t1, link):
     cmd = [binary, "plan", os.path.join(HERE, "plan", preset + ".yaml"), *overrides, "--machines", str(machines),
            "--ranks-per-machine", str(ranks), "--link", repr(link), "--step-time", repr(t1), "--json"]
@@ -50,17 +56,25 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "tandem"))
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--fresh", default="", help="setups to measure now: local,netns (plan_fresh.py)")
+    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
+    table = ROWS
+    if args.fresh:
+        import plan_fresh
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+        print(f"plan_validate --fresh: {cpu}, {os.cpu_count()} cores, load {load():.1f} at the start")
+        table = plan_fresh.rows(args.fresh.split(","), args.rounds, load)
     print("| preset | strategy | machines x ranks | T1 s | link MB/s | measured s | predicted s | error | recorded in |")
     print("|---|---|---|---|---|---|---|---|---|")
     worst = 0.0
-    for preset, strategy, m, r, ov, t1, link, measured, where in ROWS:
+    for preset, strategy, m, r, ov, t1, link, measured, where in table:
         p = predict(args.bin, preset, m, r, ov, t1, link)[strategy]["step_s"]
         err = p / measured - 1
         worst = max(worst, abs(err))
         print(f"| {preset} | {strategy} | {m} x {r} | {t1:.3f} | {link / 1e6:.2f} | {measured:.3f} | {p:.3f} | "
               f"{err * 100:+.1f}% | {where} |")
-    print(f"\nworst error {worst * 100:.1f}% over {len(ROWS)} rows (target 15%)")
+    print(f"\nworst error {worst * 100:.1f}% over {len(table)} rows (target 15%)")
     return 0 if worst <= 0.15 else 1
 
 

@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "comm/comm.h"
@@ -82,7 +83,7 @@ struct tn_comm {
     /* watchdog (comm_watchdog.c) */
     MPI_Comm wd_comm;            /* pings and answers */
     pthread_mutex_t wd_mu;
-    double wd_timeout;           /* seconds; 0 = off */
+    _Atomic double wd_timeout;   /* seconds; 0 = off. Set by the trainer's thread, read by the progress thread */
     double wd_beat;              /* last tn_comm_heartbeat */
     int wd_busy;
     MPI_Request *wd_sends;       /* answers in flight */

@@ -44,7 +44,7 @@ void tn_watchdog_free(tn_comm *c) {
     pthread_mutex_destroy(&c->wd_mu);
 }
 
-void tn_comm_set_peer_timeout(tn_comm *c, double seconds) { c->wd_timeout = seconds > 0 ? seconds : 0; }
+void tn_comm_set_peer_timeout(tn_comm *c, double seconds) { atomic_store(&c->wd_timeout, seconds > 0 ? seconds : 0); }
 
 void tn_comm_heartbeat(tn_comm *c) {
     pthread_mutex_lock(&c->wd_mu);
@@ -87,7 +87,7 @@ void tn_watchdog_answer(tn_comm *c) {
 }
 
 /* Asks every other rank; fills silent[r] = 1 for a rank that does not answer or is hung. Returns how many. */
-static int probe(tn_comm *c, int *silent, double *age) {
+static int probe(tn_comm *c, double timeout, int *silent, double *age) {
     int n = c->info.size, me = c->info.rank, count = 0;
     MPI_Request *rq = tn_xcalloc((size_t)2 * n, sizeof *rq);
     pong *got = tn_xcalloc((size_t)n, sizeof *got);
@@ -113,7 +113,7 @@ static int probe(tn_comm *c, int *silent, double *age) {
         int flag = 0;
         MPI_Test(&rq[2 * r], &flag, MPI_STATUS_IGNORE);
         if (!flag) silent[r] = 1, age[r] = -1;
-        else if (!got[r].busy && got[r].age > c->wd_timeout) silent[r] = 1, age[r] = got[r].age;
+        else if (!got[r].busy && got[r].age > timeout) silent[r] = 1, age[r] = got[r].age;
         count += silent[r];
         /* requests to ranks that never answered are left behind: the job is about to be aborted */
     }
@@ -122,11 +122,14 @@ static int probe(tn_comm *c, int *silent, double *age) {
     return count;
 }
 
+/* The timeout is read once: the trainer turns it off (0) when its loop ends, and a check that read it twice
+ * could pass the first test with the old value, then judge every peer "hung" against 0 (seen in CI). */
 void tn_watchdog_check(tn_comm *c, double *stalled_since, const char *what) {
-    if (c->wd_timeout <= 0 || tn_now() - *stalled_since < c->wd_timeout) return;
+    double timeout = atomic_load(&c->wd_timeout);
+    if (timeout <= 0 || tn_now() - *stalled_since < timeout) return;
     int n = c->info.size, *silent = tn_xcalloc((size_t)n, sizeof *silent);
     double *age = tn_xcalloc((size_t)n, sizeof *age), waited = tn_now() - *stalled_since;
-    if (probe(c, silent, age) == 0) { /* everybody is there: slow, not dead. Keep waiting. */
+    if (probe(c, timeout, silent, age) == 0) { /* everybody is there: slow, not dead. Keep waiting. */
         free(silent), free(age);
         *stalled_since = tn_now();
         return;
@@ -146,7 +149,7 @@ void tn_watchdog_check(tn_comm *c, double *stalled_since, const char *what) {
                                 "progress for %.0f s (hung)", k++ ? "; " : "", r, c->hosts[r], age[r]);
         }
         snprintf(line + len, sizeof line - (size_t)len, "; rank %d on host %s waited %.0f s in %s (peer_timeout %.0f s); "
-                 "stopping the job\n", c->info.rank, c->info.host, waited, what, c->wd_timeout);
+                 "stopping the job\n", c->info.rank, c->info.host, waited, what, timeout);
         fputs(line, stderr);
         fflush(stderr);
         alarm(10); /* MPI_Abort must reach the other machines; across a cut link it may not return */

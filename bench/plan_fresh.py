@@ -1,0 +1,96 @@
+"""plan_fresh.py -- `tandem plan` against step times measured in the same invocation (bench/plan_validate.py
+--fresh). The recorded rows in plan_validate.py mix a measurement of one day and machine with the codec costs
+the plan measures where it runs; here every input the plan gets comes from this run:
+
+  T1    one rank's step with the machine shared as in the multi-rank run: as many independent one-rank runs at
+        once as the setup has ranks, each on one thread (bench_dp.py's "pair" when there are two), the mean of
+        their step times (the plan models compute per rank, not the machine's sharing)
+  link  one TCP stream each way at once over the shaped veth (iperf3 --bidir, the slower direction): what an
+        exchange that keeps both directions busy gets
+Then each strategy's step under mpirun, as `tandem bench train --dist` runs the trainer's step, rounds
+interleaved so a drift of this VM hits every row alike; medians over rounds.
+
+Setups: local (1 machine x 2 ranks, small preset: shared-memory exchange), netns (2 machines x 1 rank over 100
+Mbit/s, tiny preset: link-bound). Needs root for the namespaces.
+"""
+import os, statistics, subprocess, sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_dp  # noqa: E402
+from bench_dp import BIN, ENV, KIT, SHAPE, run, tandem_json  # noqa: E402
+
+ENV["TANDEM_NETNS"] = "tplan"  # its own namespaces: another bench's kit (bench_dp.py's "tbench") may be up
+DILOCO_H = 8  # the config default (train_config.c): the plan reads it from the preset's YAML
+FLAGS = {"ddp": [], "ddp+bf16": ["--compress", "bf16"], "ddp+int8": ["--compress", "int8"], "zero1": ["--zero", "1"],
+         "zero2": ["--zero", "2"], "zero3": ["--zero", "3"], "diloco": ["--diloco", str(DILOCO_H)],
+         "diloco+int8": ["--diloco", str(DILOCO_H), "--compress", "int8"]}
+# (setup, preset, machines, ranks per machine, strategies)
+SETUPS = {
+    "local": ("small", 1, 2, ["ddp", "zero1", "zero2", "zero3"]),
+    "netns": ("tiny", 2, 1, list(FLAGS)),
+}
+PIN = ["sh", "-c", 'exec taskset -c "$((OMPI_COMM_WORLD_RANK % $(nproc)))" "$0" "$@"']  # a core per rank, as a machine's own
+
+
+def steps_for(preset, strategy):
+    if strategy.startswith("diloco"):
+        return 2 * DILOCO_H  # two whole rounds: the round end and its exchange are in the mean
+    return 6 if preset == "tiny" else 3
+
+
+def one_rank_shared(preset, ranks, steps):
+    """`ranks` independent one-rank runs at once, one per core (wrapping when there are more ranks than cores)."""
+    cmd = lambda i: ["taskset", "-c", str(i % os.cpu_count()), BIN, "bench", "train", "--preset", preset,
+                     "--steps", str(steps)]
+    print("  $ " + " & ".join(" ".join(cmd(i)) for i in range(ranks)), file=sys.stderr, flush=True)
+    ps = [subprocess.Popen(cmd(i), env=ENV, stdout=subprocess.PIPE, text=True) for i in range(ranks)]
+    outs = [p.communicate()[0] for p in ps]
+    if any(p.returncode for p in ps):
+        sys.exit(f"plan_fresh: a one-rank run failed: {outs}")
+    return statistics.mean(tandem_json(o)["ms_mean"] for o in outs) / 1e3
+
+
+def multi_rank(setup, preset, machines, ranks, strategy):
+    bench = [BIN, "bench", "train", "--preset", preset, "--steps", str(steps_for(preset, strategy)), "--dist",
+             *FLAGS[strategy]]
+    n = str(machines * ranks)
+    if machines > 1:
+        cmd = [KIT, "mpirun", "-n", n, "--map-by", "node", "-x", "OMP_NUM_THREADS", *PIN, *bench]
+    else:
+        cmd = ["mpirun", "-n", n, "--bind-to", "core", "--map-by", "core", "-x", "OMP_NUM_THREADS", "--mca", "btl",
+               "self,vader", *bench]
+    return tandem_json(run(cmd))["ms_mean"] / 1e3
+
+
+def measure(setup, rounds):
+    """{strategy: measured s}, T1 s, link B/s for one setup."""
+    preset, machines, ranks, strategies = SETUPS[setup]
+    link = 11.95e6  # unused by a one-machine plan, but it asks for a rate
+    if machines > 1:
+        run([KIT, "up", *SHAPE])
+    try:
+        if machines > 1:
+            link = bench_dp.iperf_rate(bidir=True) * 1e6
+        t1s, got = [], {s: [] for s in strategies}
+        for _ in range(rounds):
+            t1s.append(one_rank_shared(preset, machines * ranks, steps_for(preset, "ddp")))
+            for s in strategies:
+                got[s].append(multi_rank(setup, preset, machines, ranks, s))
+    finally:
+        if machines > 1:
+            subprocess.run([KIT, "down"], env=ENV)
+    return {s: statistics.median(v) for s, v in got.items()}, statistics.median(t1s), link
+
+
+def rows(setups, rounds, load):
+    """(preset, strategy, machines, ranks, overrides, T1, link, measured, where) as plan_validate.py's ROWS."""
+    out = []
+    for setup in setups:
+        if setup not in SETUPS:
+            sys.exit(f"plan_fresh: unknown setup '{setup}' (expected one of {', '.join(SETUPS)})")
+        preset, machines, ranks, _ = SETUPS[setup]
+        measured, t1, link = measure(setup, rounds)
+        where = f"measured now ({setup}, load {load():.1f})"
+        out += [(preset, s, machines, ranks, [], t1, link, m, where) for s, m in measured.items()]
+    return out
