@@ -8,8 +8,8 @@ Per link (--links, in this order by default):
            tick at that rate); tandem through the kit's mpirun (plm_rsh_agent = `ip netns exec`), PyTorch as one
            process per namespace, MASTER_ADDR = machine 0's veth address, GLOO_SOCKET_IFNAME = its veth
 and per round (--rounds) within a link, each measured back to back with the order of the two systems alternating
-from round to round: tandem 1 rank, PyTorch 1 process (both pinned to core 0, the same threads), tandem 2 ranks
-(`tandem bench resnet --dist`), PyTorch DDP 2 processes (each rank pinned to its own core, --threads each).
+from round to round: tandem 1 rank, PyTorch 1 process (both pinned to the first --threads cores), tandem 2 ranks
+(`tandem bench resnet --dist`), PyTorch DDP 2 processes (rank r pinned to cores [r t, r t + t - 1], t = --threads).
 Step (both): broadcast of the BN buffers from rank 0, forward, cross-entropy, backward with the gradient all-reduce
 overlapped in buckets (tandem: ddp_bucket_cap_mb 4 as `tandem train`; DDP: its 25 MB default), clip at norm 1,
 AdamW; torchvision's resnet18(num_classes=10) on PyTorch's side. Weak scaling: the same per-rank batch, so
@@ -35,10 +35,10 @@ bench_dp.ENV["TANDEM_NETNS"] = "tresdp"  # our own namespaces, whatever else run
 ENV, KIT = bench_dp.ENV, bench_dp.KIT
 VETH = [bench_dp.ENV["TANDEM_NETNS"][:12] + f"v{i}" for i in (0, 1)]  # netns.sh's veth names
 ADDR0 = "10.77.0.1"
-PIN = ["sh", "-c", 'exec taskset -c "$OMPI_COMM_WORLD_RANK" "$0" "$@"']
 # link -> netns.sh up arguments (None: no namespaces). tbf's burst must hold what the rate sends in one timer tick
 # (10 Gbit/s x 1 ms = 1.25 MB), else the shaper, not the rate, sets the speed.
-LINKS = {"local": None, "100mbit": bench_dp.SHAPE, "10gbit": ["--rate", "10gbit", "--burst", "4mb", "--latency", "50ms"]}
+LINKS = {"local": None, "100mbit": bench_dp.SHAPE,
+         "10gbit": ["--rate", "10gbit", "--burst", "4mb", "--latency", "50ms"]}
 
 
 def log(msg):
@@ -84,6 +84,16 @@ def parse_args(argv):
 def shape(link):
     return LINKS.get(link, ["--rate", link, "--burst", "4mb" if rate_bits(link) >= 1e9 else "32kbit",
                             "--latency", "50ms" if rate_bits(link) >= 1e9 else "400ms"])
+
+
+def cores(rank, t):
+    """the cores of a rank with t threads: rank r on [r t, r t + t - 1]"""
+    return f"{rank * t}-{rank * t + t - 1}"
+
+
+def pin(t):
+    """prefix that pins an mpirun rank to its cores (the kit starts ranks unbound; the same rule on one machine)"""
+    return ["sh", "-c", f'r=$OMPI_COMM_WORLD_RANK; exec taskset -c "$((r * {t}))-$((r * {t} + {t - 1}))" "$0" "$@"']
 
 
 def steps_for(a, link):
@@ -143,12 +153,12 @@ def tandem(a, link, ranks):
     args = [a.tandem, "bench", "resnet", "--batch", str(a.batch), "--steps", str(steps_for(a, link)), "--warmup",
             str(a.warmup)] + ([] if a.bucket_mb is None else ["--bucket-mb", f"{a.bucket_mb:g}"])
     if ranks == 1:
-        return result(bench_dp.run(["taskset", "-c", "0", *args]), "tandem")
+        return result(bench_dp.run(["taskset", "-c", cores(0, a.threads), *args]), "tandem")
     if LINKS.get(link, 1) is None:
-        cmd = ["mpirun", "-n", "2", "--bind-to", "core", "--map-by", "core", "-x", "OMP_NUM_THREADS", "--mca", "btl",
-               "self,vader", *args, "--dist"]
-    else:  # one rank per simulated machine, each on its own core (the kit starts ranks unbound)
-        cmd = [KIT, "mpirun", "-n", "2", "--map-by", "node", "-x", "OMP_NUM_THREADS", *PIN, *args, "--dist"]
+        cmd = ["mpirun", "-n", "2", "--bind-to", "none", "-x", "OMP_NUM_THREADS", "--mca", "btl", "self,vader",
+               *pin(a.threads), *args, "--dist"]
+    else:  # one rank per simulated machine
+        cmd = [KIT, "mpirun", "-n", "2", "--map-by", "node", "-x", "OMP_NUM_THREADS", *pin(a.threads), *args, "--dist"]
     return result(bench_dp.run(cmd), "tandem")
 
 
@@ -167,8 +177,9 @@ def torch_run(a, link, ranks):
     for r in range(ranks):
         env = dict(ENV, GLOO_SOCKET_IFNAME=VETH[r] if netns else "lo")
         pre = [KIT, "exec", str(r)] if netns else []
-        cmds.append((pre + ["taskset", "-c", str(r)] + me + ["--rank", str(r), "--addr", ADDR0 if netns else "127.0.0.1",
-                                                             "--port", str(port)], env))
+        addr = ADDR0 if netns else "127.0.0.1"
+        cmds.append((pre + ["taskset", "-c", cores(r, a.threads)] + me + ["--rank", str(r), "--addr", addr, "--port",
+                                                                         str(port)], env))
     log("  $ " + " & ".join(" ".join(c) for c, _ in cmds))
     ps = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, text=True) for c, e in cmds]
     outs = [p.communicate()[0] for p in ps]
@@ -226,7 +237,8 @@ def report(a, res, tcp, loads):
             one = span([r[(i, 1)]["images_s"] for r in rounds], "{:.1f}")
             two = span([r[(i, 2)]["images_s"] for r in rounds], "{:.1f}")
             extra = (f"**{span(rel)}** | {span(thr)}" if rel else "- | -") if k == 0 else " | "
-            print(f"| {link} | {f'{tcp[link]:.2f}' if tcp.get(link) else '-'} | {'PyTorch DDP' if i == 'torch' else i} | "
+            rate = f"{tcp[link]:.2f}" if tcp.get(link) else "-"
+            print(f"| {link} | {rate} | {'PyTorch DDP' if i == 'torch' else i} | "
                   f"{one} | {two} | **{span(eff[i])}** | {extra} | {lim if k == 0 else ''} |")
 
 
@@ -235,6 +247,10 @@ def main():
     if a.worker:
         return worker(a)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally below removes the namespaces
+    if 2 * a.threads > (os.cpu_count() or 1):
+        sys.exit(f"bench_resnet_dp: 2 ranks x {a.threads} threads need {2 * a.threads} cores, this machine has "
+                 f"{os.cpu_count()}")
+    ENV["OMP_NUM_THREADS"] = str(a.threads)  # tandem's ranks (bench_dp's default is 1)
     impls = ["tandem"] + ([] if a.no_torch else ["torch"])
     res, tcp, loads, rows = {}, {}, [], []
     for link in a.links:

@@ -36,7 +36,8 @@ static int parse(int argc, char **argv, rn_opts *o) {
         else if (strcmp(argv[i], "--resnet34") == 0) o->layers34 = 1;
         else if (strcmp(argv[i], "--dist") == 0) o->dist = 1;
         else return tn_err("bench resnet: unexpected argument '%s'", argv[i]);
-        if (end && (end == argv[i] || *end)) return tn_err("bench resnet: %s expects a number, got '%s'", argv[i - 1], argv[i]);
+        if (end && (end == argv[i] || *end))
+            return tn_err("bench resnet: %s expects a number, got '%s'", argv[i - 1], argv[i]);
     }
     if (o->B < 2 || o->steps < 1 || o->warmup < 0 || !(o->bucket_mb == 0 || o->bucket_mb >= 0.004))
         return tn_err("bench resnet: --batch must be >= 2 (batch norm), --steps >= 1, --warmup >= 0, --bucket-mb 0 "
