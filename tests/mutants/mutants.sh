@@ -39,7 +39,7 @@ fi
 # the generation and dashboard tests must pass unmutated too
 for t in test_unit_kv_generate test_unit_decode_kernels test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed \
   test_unit_sync_device test_unit_frozen_ranges test_unit_comm_shared_gpu test_unit_memory_check test_unit_ifname \
-  test_unit_nonfinite test_unit_size_limits test_unit_backend_profile; do
+  test_unit_nonfinite test_unit_size_limits test_unit_backend_profile test_unit_shard_layout; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -255,8 +255,21 @@ mutant plan-no-overlap-with-backward trainer/plan.c \
   'return fmax(j->compute_s + comm, first_ready + comm);' test_unit_plan
 mutant plan-diloco-round-not-hidden trainer/plan.c \
   'fmax(0, round_link - H * step)' 'round_link' test_unit_plan
+mutant plan-balanced-shards-sent-to-one-owner trainer/plan.c \
+  '(M > 1 ? link_time(c, (M - 1) * G / M, nb * (M - 1)) : 0);' '(M > 1 ? link_time(c, (M - 1) * G, nb * (M - 1)) : 0);' \
+  test_unit_plan
 mutant plan-zero2-formula trainer/plan.c \
   'case TN_PLAN_ZERO2: state = 4 * P + 12 * P / N; break;' 'case TN_PLAN_ZERO2: state = 8 * P + 8 * P / N; break;' test_unit_plan
+# ZeRO's balanced shards (tests/unit/test_unit_shard_layout.c): the owner of a chunk, the optimizer's packed moments,
+# a checkpoint shard's packed moments
+mutant shard-chunk-owner-off-by-one trainer/shard_layout.c \
+  'tn_comm_slice(l->bound[u + 1] - l->bound[u], l->size, s, &off, n);' \
+  'tn_comm_slice(l->bound[u + 1] - l->bound[u], l->size, (s + 1) % l->size, &off, n);' test_unit_shard_layout
+mutant adamw-span-moments-not-packed trainer/optimizer.c \
+  'size_t k = at + (a - sp.lo);' 'size_t k = at * 0 + (a - sp.lo);' test_unit_shard_layout
+mutant checkpoint-span-moments-not-packed trainer/checkpoint.c \
+  'size_t src = (from + a - have[i].lo) * sizeof(float)' 'size_t src = (a - have[i].lo) * sizeof(float)' \
+  test_unit_shard_layout
 # The GPU path's host side, on the fake device and hand-made records (issue 32)
 mutant diloco-memcpy-from-device-slab trainer/diloco.c \
   'd->m->be->download(d->g, d->m->slab, d->n);' 'memcpy(d->g, d->m->slab, d->n * sizeof *d->g);' test_unit_sync_device
