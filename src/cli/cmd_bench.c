@@ -1,4 +1,4 @@
-/* cmd_bench.c -- `tandem bench train|sgemm`: one JSON line per measurement, for bench/ scripts.
+/* cmd_bench.c -- `tandem bench train|sgemm` (generate, vl, resnet, allreduce: their own files): one JSON line per measurement, for bench/ scripts.
  *
  * train: the same step as ../shared/ref/bench_ref.py (forward + loss + backward + AdamW, random tokens,
  * labels = inputs) on its tiny/small presets, run by the trainer itself (trainer.h: the step `tandem train`
@@ -315,7 +315,8 @@ int tn_cmd_bench(int argc, char **argv) {
     else if (argc >= 1 && strcmp(argv[0], "sgemm") == 0) rc = bench_sgemm(argc - 1, argv + 1);
     else if (argc >= 1 && strcmp(argv[0], "generate") == 0) return tn_cmd_bench_generate(argc - 1, argv + 1);
     else if (argc >= 1 && strcmp(argv[0], "vl") == 0) return tn_cmd_bench_vl(argc - 1, argv + 1);
-    else rc = tn_err("bench: expected 'train', 'sgemm', 'generate', 'vl' or 'allreduce'");
+    else if (argc >= 1 && strcmp(argv[0], "resnet") == 0) return tn_cmd_bench_resnet(argc - 1, argv + 1);
+    else rc = tn_err("bench: expected 'train', 'sgemm', 'generate', 'vl', 'resnet' or 'allreduce'");
     if (rc != 0) {
         fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
         return 1;

@@ -179,6 +179,18 @@ static const page PAGES[] = {
      "  --steps N            timed steps (default 3)\n"
      "  --warmup N           untimed steps first (default 1)\n"
      "  --help, -h           this page\n"},
+    {"bench", "resnet", "bench resnet [--batch B] [--steps N] [--warmup N] [--bucket-mb MB | --no-overlap] [--resnet34] "
+                        "[--dist]",
+     "time the image trainer's ResNet-18 step on random 32x32 batches; one JSON line with images/s (under mpirun with "
+     "--dist: data parallel; bench/bench_resnet_dp.sh compares with PyTorch DDP)",
+     "  --batch B       images per rank (default 64)\n"
+     "  --steps N       timed steps (default 10)\n"
+     "  --warmup N      untimed steps first (default 2)\n"
+     "  --bucket-mb MB  gradient all-reduce buckets, started during backward (default 4, train's ddp_bucket_cap_mb)\n"
+     "  --no-overlap    one all-reduce of every gradient after backward\n"
+     "  --resnet34      layers [3,4,6,3]\n"
+     "  --dist          one rank of a data-parallel run (mpirun)\n"
+     "  --help, -h      this page\n"},
     {"bench", "sgemm", "bench sgemm [--n N]", "measured fp32 sgemm peak (best of 10), one JSON line",
      "  --n N           matrix size (default 2048)\n"
      "  --help, -h      this page\n"},

@@ -221,6 +221,10 @@ mutant image-ckpt-prune-keeps-one-more trainer/image_ckpt.c 'if (complete && kep
   'if (complete && kept <= limit) kept++;' test_unit_image_ckpt
 mutant image-ckpt-prune-removes-newer-incomplete trainer/image_ckpt.c 'else if (kept >= 1) rc = rm_ckpt(dir);' \
   'else rc = rm_ckpt(dir);' test_unit_image_ckpt
+mutant resnet-grad-ready-before-block-backward model/resnet_forward.c \
+  '        block_backward(m, i, &G, &DX, T1, T2, i ? m->acts[i - 1].out : m->p0);
+        ready(m, m->blocks[i].c1.w);' '        ready(m, m->blocks[i].c1.w);
+        block_backward(m, i, &G, &DX, T1, T2, i ? m->acts[i - 1].out : m->p0);' test_unit_resnet
 mutant step-lr-ignores-warmup config/schedule.c 'pow(gamma, (double)((step - warmup_steps) /' 'pow(gamma, (double)(step /' \
   test_unit_schedule
 mutant syncbn-running-var-local-count backend/cpu_image.c 'float unbiased = n > 1 ? (float)(var * n / (n - 1)) : (float)var;' \
