@@ -295,6 +295,10 @@ int tn_predict(const tn_train_config *cfg, tn_comm *comm) {
                           .image_max_pixels = cfg->image_max_pixels, .image_min_pixels = cfg->image_min_pixels};
         rc = lf_load_predict(&a, s.tok, &ps);
         if (rc != 0) tn_err("%s: key 'eval_dataset': %s", cfg->source_path, tn_errmsg());
+        else if (lf_samples_images(&ps.images) > 0 && s.m->cfg.vis.kind == TN_VL_NONE) /* before any generation */
+            rc = tn_err("%s: key 'eval_dataset': %s has %lld image(s); model_type %s takes no images (a vision-language "
+                        "model_type is needed)", cfg->source_path, cfg->eval_dataset,
+                        (long long)lf_samples_images(&ps.images), s.m->cfg.model_type);
     }
     if ((rc = agree(comm, rc)) != 0) {
         tn_infer_close(&s);
