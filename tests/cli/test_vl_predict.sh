@@ -1,6 +1,6 @@
 #!/bin/sh
-# Predict (do_predict + predict_with_generate) on datasets with images, on tiny VL models (examples/tiny-qwen2-vl and
-# tiny-qwen3-vl made by init-model with the real Qwen tokenizer, random weights drawn wide):
+# Predict (do_predict + predict_with_generate) on datasets with images, on tiny VL models (examples/tiny-qwen2-vl,
+# tiny-qwen2.5-vl and tiny-qwen3-vl made by init-model with the real Qwen tokenizer, random weights drawn wide):
 #  - LLaMA-Factory's mllm_demo (its images, two-turn records, one with two images): one line per record in dataset
 #    order, each prompt exactly what LF writes (tests/tools/check_vl_predict.py rebuilds it from the record: the
 #    template, every <image> expanded to the image's token count computed from the file's size); 2 ranks (launch -n 2,
@@ -53,7 +53,7 @@ for i, r in enumerate(one):
     open(f"{d}/single_{i}.txt", "w").write(r["messages"][0]["content"])
 PY
 cd "$T" || exit 1
-for ex in tiny-qwen2-vl:qwen2_vl tiny-qwen3-vl:qwen3_vl; do
+for ex in tiny-qwen2-vl:qwen2_vl tiny-qwen2.5-vl:qwen2_vl tiny-qwen3-vl:qwen3_vl; do
   name=${ex%%:*} tpl=${ex##*:}
   # weights drawn 25x wider than the config's 0.02: the answers then depend on the image (at 0.02 every one is "\n")
   sed 's/"initializer_range": 0.02/"initializer_range": 0.5/' "$ROOT/examples/$name/config.json" >"$name.json"
