@@ -14,10 +14,18 @@ Phases (every stage of a phase measured back to back, --rounds times; medians ov
          limit of a step is max(T1, first gradient + B / rate) with B the bytes one direction carries,
          rate one TCP stream's (iperf3), as in bench_dp.py, and the first gradient stage 0's (a sharded
          stage's own includes its waits for parameters).
+  layout ZeRO's two shard layouts side by side (zero_shard_layout, src/trainer/shard_layout.h) over 100 Mbit/s
+         links, 2 and 4 simulated machines (scripts/netns: 4 are wired through a switch namespace, each machine on
+         its own shaped link) with one rank each; the tiny preset. Per machine count, in one invocation: DDP
+         (stage 0), then stages 2 and 3 with contiguous shards (a bucket lies in one owner's shard: its one
+         non-empty block travels the ring to the owner, B on each link it crosses, and the owner's own link
+         idles in one direction) and with balanced ones (FSDP's layout: every unit split into M chunks,
+         (M-1)/M B each way on every link). Step time as a ratio to DDP's.
 PyTorch's FSDP is not measured beside it: Debian's torch 1.13 cannot import torch.distributed.fsdp under
 Python 3.11 (a dataclass in its sharded-tensor metadata has a mutable default: ValueError at import).
 
-Usage (root, for the namespaces):  bench/bench_zero.sh [--phases local,netns] [--rounds R] [--steps K]
+Usage (root, for the namespaces):  bench/bench_zero.sh [--phases local,netns,layout] [--machines 2,4] [--rate R]
+                                   [--rounds R] [--steps K]
                                    [--json OUT.jsonl]
 """
 import argparse, json, os, statistics, subprocess, sys, time
@@ -25,6 +33,8 @@ import argparse, json, os, statistics, subprocess, sys, time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_dp import BIN, ENV, KIT, SHAPE, iperf_rate, run, tandem_json  # noqa: E402
+
+ENV["TANDEM_NETNS"] = "tbzero"  # its own namespaces: a bench_dp.py run beside it keeps "tbench"
 
 FORMULA = {0: lambda p, n: 16 * p, 1: lambda p, n: 8 * p + 8 * p / n, 2: lambda p, n: 4 * p + 12 * p / n,
            3: lambda p, n: 16 * p / n}
@@ -42,9 +52,50 @@ def netns(preset, stage, steps):
     return tandem_json(run(cmd))
 
 
+def netns_layout(machines, stage, layout, steps):
+    cmd = [KIT, "mpirun", "-n", str(machines), "--map-by", "node", "-x", "OMP_NUM_THREADS", BIN, "bench", "train",
+           "--preset", "tiny", "--steps", str(steps), "--warmup", "1", "--dist", "--zero", str(stage),
+           "--zero-layout", layout]
+    return tandem_json(run(cmd))
+
+
+LAYOUT_RUNS = [(0, "balanced"), (2, "contiguous"), (2, "balanced"), (3, "contiguous"), (3, "balanced")]
+
+
+def layouts(a, out):
+    """Contiguous vs balanced shards at each machine count, every configuration back to back per round."""
+    for machines in (int(m) for m in a.machines.split(",")):
+        shape = [a.rate if x == "100mbit" else x for x in SHAPE]
+        subprocess.run([KIT, "up", "--machines", str(machines), *shape], env=ENV, check=True)
+        try:
+            rows = {}
+            for r in range(a.rounds):
+                for s, lay in LAYOUT_RUNS:
+                    rows.setdefault((s, lay), []).append(netns_layout(machines, s, lay, a.steps + 2))
+        finally:
+            subprocess.run([KIT, "down"], env=ENV)
+        load = open("/proc/loadavg").read().split()[0]
+        g = rows[(0, "balanced")][0]["grad_mb"] * 1048576.0 / 1e6
+        print(f"\nlayout, {machines} machines x 1 rank over {a.rate}, tiny preset ({g:.1f} MB of gradients), "
+              f"{a.rounds} round(s), load average {load} after the runs")
+        print("| machines | stage | shards | ms/step | vs DDP | per link and unit of B bytes |")
+        print("|---|---|---|---|---|---|")
+        base = statistics.median(x["ms_step"] for x in rows[(0, "balanced")])
+        for (s, lay), rs in rows.items():
+            ms = statistics.median(x["ms_step"] for x in rs)
+            link = "2 (M-1)/M B each way" if s == 0 else "B, one way" if lay == "contiguous" else "(M-1)/M B each way"
+            print(f"| {machines} | {s} | {'-' if s == 0 else lay} | {ms:.0f} | {ms / base:.3f} | {link} |")
+            if out:
+                for x in rs:
+                    out.write(json.dumps(dict(x, phase="layout", machines=machines)) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phases", default="local,netns")
+    ap.add_argument("--phases", default="local,netns,layout")
+    ap.add_argument("--machines", default="2,4", help="machine counts of the layout phase")
+    ap.add_argument("--rate", default="100mbit", help="the layout phase's link rate (tc's units); a slower one "
+                    "stands for faster compute where the cores are too few for the ranks")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--json", default="")
@@ -107,6 +158,8 @@ def main():
             if out:
                 for x in rs:
                     out.write(json.dumps(dict(x, phase="netns", link_MBps=rate, limit_ms=lim)) + "\n")
+    if "layout" in phases:
+        layouts(a, out)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ Then each strategy's step under mpirun, as `tandem bench train --dist` runs the 
 interleaved so a drift of this VM hits every row alike; medians over rounds.
 
 Setups: local (1 machine x 2 ranks, small preset: shared-memory exchange), netns (2 machines x 1 rank over 100
-Mbit/s, tiny preset: link-bound). Needs root for the namespaces.
+Mbit/s, tiny preset: link-bound), netns4 (4 machines x 1 rank, each on its own 100 Mbit/s link to a switch
+namespace; two ranks share each of this machine's cores, and T1 is measured sharing them the same way). Needs root
+for the namespaces.
 """
 import os, statistics, subprocess, sys
 
@@ -29,6 +31,7 @@ FLAGS = {"ddp": [], "ddp+bf16": ["--compress", "bf16"], "ddp+int8": ["--compress
 SETUPS = {
     "local": ("small", 1, 2, ["ddp", "zero1", "zero2", "zero3"]),
     "netns": ("tiny", 2, 1, list(FLAGS)),
+    "netns4": ("tiny", 4, 1, list(FLAGS)),
 }
 PIN = ["sh", "-c", 'exec taskset -c "$((OMPI_COMM_WORLD_RANK % $(nproc)))" "$0" "$@"']  # a core per rank, as a machine's own
 
@@ -68,7 +71,7 @@ def measure(setup, rounds):
     preset, machines, ranks, strategies = SETUPS[setup]
     link = 11.95e6  # unused by a one-machine plan, but it asks for a rate
     if machines > 1:
-        run([KIT, "up", *SHAPE])
+        run([KIT, "up", "--machines", str(machines), *SHAPE])
     try:
         if machines > 1:
             link = bench_dp.iperf_rate(bidir=True) * 1e6

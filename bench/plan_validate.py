@@ -20,6 +20,7 @@ ZERO_NETNS = "ZeRO: step time by stage, netns 2 machines x 1 rank (2026-11-25, A
 ZERO_LOCAL = "ZeRO: step time by stage, 1 machine, 2 ranks on 2 cores (2026-11-25, AMD EPYC)"
 BOTH_WAYS = 11.44e6  # one TCP stream each way at once over the shaped veth (bench_dp.py's iperf3)
 ONE_WAY = 11.95e6
+CONTIGUOUS = ["zero_shard_layout=contiguous"]  # the ZeRO rows of 2026-11-25 ran before balanced shards existed
 ROWS = [
     ("tiny", "ddp", 2, 1, [], 0.612, BOTH_WAYS, 2.143, LOWCOMM),
     ("tiny", "ddp+bf16", 2, 1, [], 0.612, BOTH_WAYS, 1.243, LOWCOMM),
@@ -32,12 +33,12 @@ ROWS = [
     ("small", "diloco", 2, 1, [], 5.434, BOTH_WAYS, 6.080, LOWCOMM),
     ("small", "diloco+int8", 2, 1, [], 5.434, BOTH_WAYS, 5.649, LOWCOMM),
     ("tiny", "ddp", 2, 1, [], 0.615, ONE_WAY, 2.130, ZERO_NETNS),
-    ("tiny", "zero2", 2, 1, [], 0.615, ONE_WAY, 2.450, ZERO_NETNS),
-    ("tiny", "zero3", 2, 1, [], 0.615, ONE_WAY, 4.295, ZERO_NETNS),
+    ("tiny", "zero2", 2, 1, CONTIGUOUS, 0.615, ONE_WAY, 2.450, ZERO_NETNS),
+    ("tiny", "zero3", 2, 1, CONTIGUOUS, 0.615, ONE_WAY, 4.295, ZERO_NETNS),
     ("small", "ddp", 1, 2, [], 5.434, ONE_WAY, 5.600, ZERO_LOCAL),
-    ("small", "zero1", 1, 2, [], 5.434, ONE_WAY, 5.589, ZERO_LOCAL),
-    ("small", "zero2", 1, 2, [], 5.434, ONE_WAY, 5.654, ZERO_LOCAL),
-    ("small", "zero3", 1, 2, [], 5.434, ONE_WAY, 5.703, ZERO_LOCAL),
+    ("small", "zero1", 1, 2, CONTIGUOUS, 5.434, ONE_WAY, 5.589, ZERO_LOCAL),
+    ("small", "zero2", 1, 2, CONTIGUOUS, 5.434, ONE_WAY, 5.654, ZERO_LOCAL),
+    ("small", "zero3", 1, 2, CONTIGUOUS, 5.434, ONE_WAY, 5.703, ZERO_LOCAL),
 ]
 
 

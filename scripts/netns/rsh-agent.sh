@@ -1,7 +1,7 @@
 #!/bin/sh
 # rsh-agent.sh -- Open MPI plm_rsh_agent for the netns kit (netns.sh): called like ssh, `rsh-agent.sh HOST
 # CMD...`, it runs CMD as the simulated machine that owns HOST (its namespace, hostname and
-# TANDEM_NODE_NAME) instead of logging in anywhere. HOST is 10.77.0.1 or 10.77.0.2 (or node0/node1).
+# TANDEM_NODE_NAME) instead of logging in anywhere. HOST is 10.77.0.<i+1> (or node<i>) for machine i.
 set -eu
 PREFIX=${TANDEM_NETNS:-tandem}
 # ssh-style options (-x, -l USER, ...) that Open MPI may put before the host are ignored.
@@ -16,9 +16,10 @@ done
 host=$1
 shift
 case $host in
-  10.77.0.1 | node0 | "$PREFIX-node0") i=0 ;;
-  10.77.0.2 | node1 | "$PREFIX-node1") i=1 ;;
-  *) echo "rsh-agent.sh: host '$host' is not a machine of the netns kit (10.77.0.1 or 10.77.0.2)" >&2; exit 1 ;;
+  10.77.0.[1-8]) i=$((${host##*.} - 1)) ;;
+  node[0-7]) i=${host#node} ;;
+  "$PREFIX"-node[0-7]) i=${host#"$PREFIX"-node} ;;
+  *) echo "rsh-agent.sh: host '$host' is not a machine of the netns kit (10.77.0.1 .. 10.77.0.8)" >&2; exit 1 ;;
 esac
 name=$PREFIX-node$i
 # Like ssh, the remote command is the words joined by spaces and run by a shell.

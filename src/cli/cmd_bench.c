@@ -1,11 +1,12 @@
-/* cmd_bench.c -- `tandem bench train|sgemm`: one JSON line per measurement, for bench/ scripts.
+/* cmd_bench.c -- `tandem bench train|sgemm` (generate, vl, resnet, allreduce: their own files): one JSON line per measurement, for bench/ scripts.
  *
  * train: the same step as ../shared/ref/bench_ref.py (forward + loss + backward + AdamW, random tokens,
  * labels = inputs) on its tiny/small presets, run by the trainer itself (trainer.h: the step `tandem train`
  * takes, with its sync strategy) on a dataset of random tokens; FLOPs counted with its formula (PaLM convention):
  *   full 6 N T + 12 L D S T ;  LoRA (4 N + 6 N_lora) T + 12 L D S T ; N = base params minus the embedding.
  * Threads come from OMP_NUM_THREADS (OpenBLAS is the OpenMP build and follows it). --dist: one rank of a
- * data-parallel run under mpirun; --zero N: sharded as ZeRO stage N (zero.h); --trace:
+ * data-parallel run under mpirun; --zero N: sharded as ZeRO stage N (zero.h), --zero-layout balanced|contiguous
+ * its shards (shard_layout.h); --trace:
  * every rank prints each step's phases to stderr; --compress bf16|int8: gradients between machines encoded
  * (grad_sync.h); --diloco H: sync_mode diloco with H inner steps (diloco.h; --compress then encodes the
  * pseudo-gradients, --no-overlap waits for each exchange). The JSON line has the median and the mean step
@@ -125,7 +126,7 @@ static void random_data(tn_dataset *d, int n, int S, int vocab) {
 static int bench_train(int argc, char **argv) {
     const char *name = "tiny", *model_config = NULL, *device = "cpu";
     int lora = 0, steps = 0, warmup = 2, dist = 0, trace = 0, stage = 0, batch = 0, seq = 0, bf16 = 0, ckpt = 0;
-    int lora_rank = 8, inner = 0, overlap = 1;
+    int lora_rank = 8, inner = 0, overlap = 1, contiguous = 0;
     double bucket_mb = 4, peak_tflops = 0, outer_lr = 1.0, outer_mom = 0.0; /* train's defaults */
     tn_codec codec = TN_CODEC_FP32;
     for (int i = 0; i < argc; i++) {
@@ -145,6 +146,12 @@ static int bench_train(int argc, char **argv) {
         else if (strcmp(argv[i], "--trace") == 0) trace = 1;
         else if (strcmp(argv[i], "--bucket-mb") == 0 && i + 1 < argc) bucket_mb = atof(argv[++i]);
         else if (strcmp(argv[i], "--zero") == 0 && i + 1 < argc) stage = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--zero-layout") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "balanced") != 0 && strcmp(v, "contiguous") != 0)
+                return tn_err("bench train: --zero-layout expects balanced or contiguous, got '%s'", v);
+            contiguous = strcmp(v, "contiguous") == 0;
+        }
         else if (strcmp(argv[i], "--diloco") == 0 && i + 1 < argc) inner = atoi(argv[++i]);
         else if (strcmp(argv[i], "--outer-lr") == 0 && i + 1 < argc) outer_lr = atof(argv[++i]);
         else if (strcmp(argv[i], "--outer-momentum") == 0 && i + 1 < argc) outer_mom = atof(argv[++i]);
@@ -184,6 +191,7 @@ static int bench_train(int argc, char **argv) {
     if (!comm || in->n_nodes == 1) codec = TN_CODEC_FP32; /* nothing crosses between machines */
     tn_train_config cfg;
     bench_config(&cfg, B, warmup + steps, ckpt, bucket_mb, stage, inner, outer_lr, outer_mom, overlap, codec);
+    cfg.zero_contiguous = contiguous;
     int world = comm ? in->size : 1;
     tn_dataset data;
     random_data(&data, world * B, S, c.vocab_size);
@@ -246,13 +254,13 @@ static int bench_train(int argc, char **argv) {
                "\"grad_mb\":%.2f,\"comm_wait_ms\":%.2f,\"first_grad_ms\":%.2f,\"zero\":%d,\"trainable\":%zu,"
                "\"state_mb\":%.2f,\"peak_params_grads_mb\":%.2f,\"device\":\"%s\",\"peak_device_mb\":%.1f,"
                "\"mfu\":%.4f,\"checkpointing\":%d,\"lora_rank\":%d,\"ms_mean\":%.2f,\"diloco\":%d,\"compress\":\"%s\","
-               "\"sent_mb_step\":%.3f}\n",
+               "\"sent_mb_step\":%.3f,\"zero_layout\":\"%s\"}\n",
                name, lora ? "-lora" : "", omp_get_max_threads(), B, S, steps, med, ms[0], (double)T / (med / 1e3),
                flops / (med / 1e3) / 1e9, flops, peak_rss_mb(), tn_trainer_acts_bytes(t) / 1048576.0, loss,
                in ? in->size : 1, in ? in->n_nodes : 1, m->n_trainable * 4.0 / 1048576.0, median(wait, steps),
                median(first, steps), stage, m->n_trainable, state_mb, peak_state_mb, be->describe(),
                be->peak_bytes() / 1048576.0, peak_tflops > 0 ? flops / (med / 1e3) / (peak_tflops * 1e12) : 0.0, ckpt,
-               lora ? lora_rank : 0, mean, inner, tn_codec_name(codec), sent / 1e6);
+               lora ? lora_rank : 0, mean, inner, tn_codec_name(codec), sent / 1e6, contiguous ? "contiguous" : "balanced");
     fflush(stdout);
     free(ms);
     free(wait);
@@ -307,7 +315,8 @@ int tn_cmd_bench(int argc, char **argv) {
     else if (argc >= 1 && strcmp(argv[0], "sgemm") == 0) rc = bench_sgemm(argc - 1, argv + 1);
     else if (argc >= 1 && strcmp(argv[0], "generate") == 0) return tn_cmd_bench_generate(argc - 1, argv + 1);
     else if (argc >= 1 && strcmp(argv[0], "vl") == 0) return tn_cmd_bench_vl(argc - 1, argv + 1);
-    else rc = tn_err("bench: expected 'train', 'sgemm', 'generate', 'vl' or 'allreduce'");
+    else if (argc >= 1 && strcmp(argv[0], "resnet") == 0) return tn_cmd_bench_resnet(argc - 1, argv + 1);
+    else rc = tn_err("bench: expected 'train', 'sgemm', 'generate', 'vl', 'resnet' or 'allreduce'");
     if (rc != 0) {
         fprintf(stderr, "tandem: error: %s\n", tn_errmsg());
         return 1;

@@ -9,6 +9,7 @@ int tn_cmd_bench(int argc, char **argv);
 int tn_cmd_bench_allreduce(int argc, char **argv); /* `tandem bench allreduce` */
 int tn_cmd_bench_generate(int argc, char **argv);  /* `tandem bench generate` (cmd_bench_generate.c) */
 int tn_cmd_bench_vl(int argc, char **argv);        /* `tandem bench vl` (cmd_bench_vl.c) */
+int tn_cmd_bench_resnet(int argc, char **argv);    /* `tandem bench resnet` (cmd_bench_resnet.c) */
 int tn_cmd_tokenize(int argc, char **argv);
 int tn_cmd_compare(int argc, char **argv);
 int tn_cmd_launch(int argc, char **argv);

@@ -132,8 +132,8 @@ static const page PAGES[] = {
      "  --help, -h      this page\n"},
     {"bench", "train", "bench train [--preset tiny|small | --model-config FILE] [--batch B] [--seq S] [--lora] "
                        "[--lora-rank R] [--device cpu|cuda] [--bf16] [--checkpointing] [--peak-tflops X] [--steps N] "
-                       "[--warmup N] [--dist] [--trace] [--bucket-mb MB] [--zero N] [--diloco H] [--outer-lr X] "
-                       "[--outer-momentum X] [--no-overlap] [--compress bf16|int8]",
+                       "[--warmup N] [--dist] [--trace] [--bucket-mb MB] [--zero N] [--zero-layout L] "
+                       "[--diloco H] [--outer-lr X] [--outer-momentum X] [--no-overlap] [--compress bf16|int8]",
      "time training steps on random tokens; one JSON line (bench/bench_train.sh compares with PyTorch)",
      "  --preset tiny|small  model and batch of ../shared/ref's presets (default tiny)\n"
      "  --model-config FILE  an HF config.json instead (bench/configs: Qwen3 0.6B, 1.7B, 4B); batch 1, seq 2048\n"
@@ -150,6 +150,7 @@ static const page PAGES[] = {
      "  --trace              with --dist: every rank prints each step's phases to stderr\n"
      "  --bucket-mb MB       gradient all-reduce bucket size (default 4)\n"
      "  --zero N             with --dist: ZeRO stage N (0-3), the trainer's sharded step\n"
+     "  --zero-layout L      ZeRO's shards: balanced (default: a chunk of every unit) or contiguous\n"
      "  --diloco H           with --dist: DiLoCo between machines, H inner steps a round (sync_mode: diloco)\n"
      "  --outer-lr X         DiLoCo's outer learning rate (default 1)\n"
      "  --outer-momentum X   DiLoCo's outer Nesterov momentum (default 0)\n"
@@ -178,6 +179,18 @@ static const page PAGES[] = {
      "  --steps N            timed steps (default 3)\n"
      "  --warmup N           untimed steps first (default 1)\n"
      "  --help, -h           this page\n"},
+    {"bench", "resnet", "bench resnet [--batch B] [--steps N] [--warmup N] [--bucket-mb MB | --no-overlap] [--resnet34] "
+                        "[--dist]",
+     "time the image trainer's ResNet-18 step on random 32x32 batches; one JSON line with images/s (under mpirun with "
+     "--dist: data parallel; bench/bench_resnet_dp.sh compares with PyTorch DDP)",
+     "  --batch B       images per rank (default 64)\n"
+     "  --steps N       timed steps (default 10)\n"
+     "  --warmup N      untimed steps first (default 2)\n"
+     "  --bucket-mb MB  gradient all-reduce buckets, started during backward (default 4, train's ddp_bucket_cap_mb)\n"
+     "  --no-overlap    one all-reduce of every gradient after backward\n"
+     "  --resnet34      layers [3,4,6,3]\n"
+     "  --dist          one rank of a data-parallel run (mpirun)\n"
+     "  --help, -h      this page\n"},
     {"bench", "sgemm", "bench sgemm [--n N]", "measured fp32 sgemm peak (best of 10), one JSON line",
      "  --n N           matrix size (default 2048)\n"
      "  --help, -h      this page\n"},

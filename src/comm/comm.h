@@ -76,7 +76,9 @@ int tn_comm_allgather_f32(tn_comm *c, float *buf, size_t n);
  * machine runs the same number of ranks (then the collectives below are hierarchical: a ring inside each
  * machine, then one ring per local rank between machines over 1/local_size of the range each, so every
  * byte crosses the network once per machine and all of a machine's ranks share the sending), else the
- * position in the machine-by-machine ring (one ring over all ranks). */
+ * position in the machine-by-machine ring (one ring over all ranks). The "slab" may be any part of a bigger
+ * one: ZeRO's balanced layout (trainer/shard_layout.h) passes each unit as its own slab, so its chunks are
+ * this slab's shards. */
 int tn_comm_shard_index(const tn_comm *c, int rank);
 void tn_comm_shard(const tn_comm *c, size_t n, int rank, size_t *off, size_t *len); /* rank's shard */
 /* Non-blocking, on the range [lo, hi) of the n-float slab starting at slab (the rest is not touched):

@@ -73,6 +73,7 @@ static int set_save_strategy(tn_train_config *c, const key_def *k, const char *v
 static int set_export_size(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_sync_mode(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_compression(tn_train_config *c, const key_def *k, const char *v, char *msg);
+static int set_shard_layout(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_bf16(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_device(tn_train_config *c, const key_def *k, const char *v, char *msg);
 static int set_dashboard(tn_train_config *c, const key_def *k, const char *v, char *msg);
@@ -180,6 +181,7 @@ static const key_def KEYS[] = {
     {"ddp_bucket_cap_mb", NUM(ddp_bucket_cap_mb, 0.004, 4096, 0, 0), 0, 0, "a number of MB in [0.004, 4096]", NULL},
     {"zero_stage", INT(zero_stage, 0, 3), 0, 0, "0, 1, 2 or 3 (ZeRO: 1 shards AdamW state, 2 also gradients, 3 also "
      "parameters)", NULL},
+    {"zero_shard_layout", CUSTOM(zero_contiguous), 0, 0, "balanced or contiguous", set_shard_layout},
     {"fsdp", CUSTOM(fsdp_stage), 0, 0, "full_shard, shard_grad_op, hybrid_shard or no_shard (optionally with "
      "auto_wrap, offload)", set_fsdp},
     {"sync_mode", CUSTOM(sync_mode), 0, 0, "ddp or diloco", set_sync_mode},
@@ -688,6 +690,15 @@ static int set_sync_mode(tn_train_config *c, const key_def *k, const char *v, ch
     if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
     if (!strcmp(s, "ddp")) c->sync_mode = TN_SYNC_DDP;
     else if (!strcmp(s, "diloco")) c->sync_mode = TN_SYNC_DILOCO;
+    else return expects(k, v, msg);
+    return 0;
+}
+
+static int set_shard_layout(tn_train_config *c, const key_def *k, const char *v, char *msg) {
+    char s[32];
+    if (!trimmed(v, s, sizeof s)) return expects(k, v, msg);
+    if (!strcmp(s, "balanced")) c->zero_contiguous = 0;
+    else if (!strcmp(s, "contiguous")) c->zero_contiguous = 1;
     else return expects(k, v, msg);
     return 0;
 }

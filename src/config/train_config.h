@@ -81,6 +81,8 @@ typedef struct {
     char deepspeed[TN_PATH_MAX];          /* a DeepSpeed JSON (LLaMA-Factory's key), read by deepspeed_config.h */
     int zero_stage;                       /* tandem: ZeRO stage 0-3 (zero.h); -1 = not given (then deepspeed's
                                            * zero_optimization.stage, or fsdp's strategy, or 0) */
+    int zero_contiguous;                  /* tandem zero_shard_layout: 0 balanced (default: FSDP's chunk of every
+                                           * unit per rank), 1 contiguous ranges (shard_layout.h) */
     int fsdp_stage;                       /* HF TrainingArguments' fsdp: full_shard 3, shard_grad_op 2,
                                            * no_shard 0; -1 = not given */
     double ddp_bucket_cap_mb;

@@ -72,6 +72,11 @@ int tn_resnet_save(const tn_resnet *m, const char *dir);
  * rank's own batch (DDP's default). sync is borrowed. */
 void tn_resnet_set_sync_bn(tn_resnet *m, const void *sync /* const tn_bn_sync * (backend/image_kernels.h) */);
 
+/* Backward calls ready(ctx, from) each time the gradients [from, n_params) are final: after fc, after each
+ * BasicBlock (torchvision's order puts later layers at higher offsets), after the stem (from 0). Data parallelism
+ * starts exchanging them while backward goes on (trainer/image_sync.h). NULL: no calls. */
+void tn_resnet_set_grad_ready(tn_resnet *m, void (*ready)(void *ctx, size_t from), void *ctx);
+
 /* ---- passes (resnet_forward.c). Images are host memory [N, C, H, W] (torch's layout), labels host [N]. */
 /* Workspace for batches of up to B images of side H x W (allocated on first use or when a larger batch comes). */
 int tn_resnet_reserve(tn_resnet *m, int B, int H, int W);

@@ -170,6 +170,10 @@ static void block_backward(tn_resnet *m, int i, float **G, float **DX, float *T1
     *G = *DX, *DX = t;
 }
 
+static void ready(tn_resnet *m, size_t from) {
+    if (m->grad_ready) m->grad_ready(m->grad_ready_ctx, from);
+}
+
 static void backward(tn_resnet *m, int N) {
     int K = m->cfg.num_classes;
     float *G = m->g[0], *DX = m->g[1], *T1 = m->g[2], *T2 = m->g[3];
@@ -178,14 +182,18 @@ static void backward(tn_resnet *m, int N) {
     m->be->bias_backward(m->grad + m->fc_b, m->logits, N, K, K);
     m->be->matmul(0, 0, N, m->feat, K, 1.0f, m->logits, K, m->params + m->fc_w, m->feat, 0.0f, T1, m->feat);
     const tn_conv_shape *last = &m->blocks[m->n_blocks - 1].c2.s;
+    ready(m, m->fc_w);
     m->ik->avgpool_backward(G, T1, m->feat, N, last->OH * last->OW);
-    for (int i = m->n_blocks - 1; i >= 0; i--)
+    for (int i = m->n_blocks - 1; i >= 0; i--) {
         block_backward(m, i, &G, &DX, T1, T2, i ? m->acts[i - 1].out : m->p0);
+        ready(m, m->blocks[i].c1.w); /* a block's conv1.weight comes first in its parameters */
+    }
     const tn_conv_shape *s = &m->stem.s;
     m->ik->maxpool_backward(DX, G, m->b0, s->OC * N, s->OH, s->OW, 3, 2, 1); /* d b0 */
     m->ik->relu_backward(DX, m->b0, act_floats(s));
     bn_bwd(m, &m->bn1, DX, DX, m->c0, spatial(s));
     conv_bwd(m, &m->stem, NULL, 0, DX, m->x); /* the images need no gradient */
+    ready(m, 0);
 }
 
 double tn_resnet_forward_backward(tn_resnet *m, const float *images, const int32_t *labels, int N, float grad_scale,
@@ -201,6 +209,10 @@ double tn_resnet_forward_backward(tn_resnet *m, const float *images, const int32
 }
 
 void tn_resnet_set_sync_bn(tn_resnet *m, const void *sync) { m->sync_bn = sync; }
+
+void tn_resnet_set_grad_ready(tn_resnet *m, void (*fn)(void *ctx, size_t from), void *ctx) {
+    m->grad_ready = fn, m->grad_ready_ctx = ctx;
+}
 
 void tn_resnet_logits(tn_resnet *m, const float *images, int N, float *logits_host) {
     upload_images(m, images, N);

@@ -43,6 +43,8 @@ struct tn_resnet {
     int feat;                        /* channels into fc */
     int64_t batches_tracked;         /* num_batches_tracked (train-mode forwards) */
     const tn_bn_sync *sync_bn;       /* SyncBatchNorm across ranks; NULL: per-rank statistics (DDP's default) */
+    void (*grad_ready)(void *ctx, size_t from); /* tn_resnet_set_grad_ready */
+    void *grad_ready_ctx;
     /* workspace (tn_resnet_reserve) */
     int cap_B, cap_H, cap_W;
     float *x, *c0, *b0, *p0;         /* input, stem conv, stem BN (ReLU'd), max-pool */

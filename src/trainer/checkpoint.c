@@ -68,19 +68,25 @@ static int hash_file(const char *path, uint64_t *hash, uint64_t *size) {
     return 0;
 }
 
-int tn_checkpoint_write_moments(const char *dir, int shard, int n_shards, size_t total, size_t lo, size_t n,
+int tn_checkpoint_write_moments(const char *dir, int shard, int n_shards, size_t total, const tn_span *spans, int k,
                                 const float *m, const float *v) {
     char name[64];
     if (n_shards == 1) snprintf(name, sizeof name, "%s", OPTIMIZER);
     else snprintf(name, sizeof name, "optimizer-%05d-of-%05d.safetensors", shard, n_shards);
-    int64_t where[2] = {(int64_t)lo, (int64_t)total}; /* this shard's place in the trainable slab */
+    size_t n = tn_span_total(spans, k);
+    /* the shard's place in the trainable slab: one range as {lo, total}; spans as {total, lo0, n0, lo1, n1, ...} */
+    int64_t *where = tn_xmalloc(((size_t)k * 2 + 2) * sizeof *where), w = k == 1 ? 2 : 2 * (int64_t)k + 1;
+    if (k == 1) where[0] = (int64_t)spans[0].lo, where[1] = (int64_t)total;
+    else where[0] = (int64_t)total;
+    for (int i = 0; i < k && k != 1; i++) where[1 + 2 * i] = (int64_t)spans[i].lo, where[2 + 2 * i] = (int64_t)spans[i].n;
     st_entry e[3] = {{.name = "exp_avg", .dtype = ST_F32, .src_dtype = ST_F32, .ndim = 1, .shape = {(int64_t)n}, .data = m},
                      {.name = "exp_avg_sq", .dtype = ST_F32, .src_dtype = ST_F32, .ndim = 1, .shape = {(int64_t)n}, .data = v},
-                     {.name = "slab_range", .dtype = ST_I64, .src_dtype = ST_I64, .ndim = 1, .shape = {2}, .data = where}};
-    const char *meta[] = {"format", "tandem-optimizer-2", NULL};
+                     {.name = k == 1 ? "slab_range" : "slab_spans", .dtype = ST_I64, .src_dtype = ST_I64, .ndim = 1,
+                      .shape = {w}, .data = where}};
+    const char *meta[] = {"format", k == 1 ? "tandem-optimizer-2" : "tandem-optimizer-3", NULL};
     char *path = tn_path_join(dir, name);
     int rc = st_write(path, e, 3, meta);
-    free(path);
+    free(path), free(where);
     return rc;
 }
 
@@ -88,55 +94,88 @@ static int write_optimizer(const char *dir, const tn_adamw *opt) {
     float *m = tn_xalloc_floats(opt->n ? opt->n : 1), *v = tn_xalloc_floats(opt->n ? opt->n : 1);
     opt->be->download(m, opt->m, opt->n);
     opt->be->download(v, opt->v, opt->n);
-    int rc = tn_checkpoint_write_moments(dir, 0, 1, opt->n, 0, opt->n, m, v);
+    int rc = tn_checkpoint_write_moments(dir, 0, 1, opt->n, &(tn_span){0, opt->n}, 1, m, v);
     free(m), free(v);
     return rc;
 }
 
-/* Moments of one file (optimizer.safetensors or a shard) copied where they overlap [lo, lo + n). */
-static int read_moment_file(const char *path, size_t total, size_t lo, size_t n, float *m, float *v, size_t *copied) {
+/* The file's spans of the slab ({lo, n} pairs, its packed order) from "slab_spans", "slab_range" or neither
+ * (format 1: the whole slab); NULL + tn_err naming path when they do not fit total or the file's numel. */
+static tn_span *file_spans(const char *path, st_file *f, int64_t numel, size_t total, int *k) {
+    const st_tensor *tr = st_find(f, "slab_range"), *ts = st_find(f, "slab_spans");
+    int64_t n = ts ? ts->numel : 2, *w = tn_xmalloc((size_t)(n > 2 ? n : 2) * sizeof *w);
+    w[0] = 0, w[1] = numel;
+    int bad = (ts && (n < 3 || n % 2 == 0 || st_read_i64(f, ts, w, n) != 0)) ||
+              (!ts && tr && (tr->numel != 2 || st_read_i64(f, tr, w, 2) != 0));
+    *k = ts ? (int)(n - 1) / 2 : 1;
+    tn_span *sp = tn_xmalloc((size_t)*k * sizeof *sp);
+    int64_t sum = 0, end = 0, whole = ts ? w[0] : (tr ? w[1] : numel);
+    for (int i = 0; i < *k && !bad; i++) {
+        int64_t lo = ts ? w[1 + 2 * i] : w[0], len = ts ? w[2 + 2 * i] : numel;
+        bad = lo < end || len < 0 || lo + len > whole; /* in slab order, inside the slab */
+        sp[i] = (tn_span){(size_t)(lo > 0 ? lo : 0), (size_t)(len > 0 ? len : 0)}, sum += len, end = lo + len;
+    }
+    free(w);
+    if (bad) tn_err("%s: bad '%s'", path, ts ? "slab_spans" : "slab_range");
+    else if (whole != (int64_t)total || sum != numel)
+        bad = tn_err("%s: moments do not match this model's %zu trainable values (another model or LoRA config?)",
+                     path, total) != 0;
+    if (bad) free(sp), sp = NULL;
+    return sp;
+}
+
+/* Moments of one file (optimizer.safetensors or a shard) copied where they overlap the k wanted spans
+ * (packed into m, v). */
+static int read_moment_file(const char *path, size_t total, const tn_span *want, int k, float *m, float *v,
+                            size_t *copied) {
     st_file f;
     if (st_open(&f, path) != 0) return -1;
-    const st_tensor *tm = st_find(&f, "exp_avg"), *tv = st_find(&f, "exp_avg_sq"), *tr = st_find(&f, "slab_range");
-    int64_t where[2] = {0, tm ? tm->numel : 0}; /* format 1 (one whole-slab file) has no range */
+    const st_tensor *tm = st_find(&f, "exp_avg"), *tv = st_find(&f, "exp_avg_sq");
+    int nf = 0;
+    tn_span *have = NULL;
     int rc = 0;
-    if (tr && (tr->numel != 2 || st_read_i64(&f, tr, where, 2) != 0)) rc = tn_err("%s: bad 'slab_range'", path);
-    if (rc == 0 && (!tm || !tv || tm->dtype != ST_F32 || tv->dtype != ST_F32 || tm->numel != tv->numel ||
-                    where[1] != (int64_t)total || where[0] < 0 || where[0] + tm->numel > where[1]))
+    if (!tm || !tv || tm->dtype != ST_F32 || tv->dtype != ST_F32 || tm->numel != tv->numel)
         rc = tn_err("%s: moments do not match this model's %zu trainable values (another model or LoRA config?)", path,
                     total);
-    if (rc == 0) {
-        size_t off = (size_t)where[0], len = (size_t)tm->numel;
-        size_t a = off > lo ? off : lo, b = off + len < lo + n ? off + len : lo + n;
-        const uint8_t *data = f.map + f.data_start;
-        if (b > a) { /* F32 little endian in the file, as in memory on x86-64 */
-            memcpy(m + (a - lo), data + tm->begin + (a - off) * sizeof(float), (b - a) * sizeof(float));
-            memcpy(v + (a - lo), data + tv->begin + (a - off) * sizeof(float), (b - a) * sizeof(float));
+    else if (!(have = file_spans(path, &f, tm->numel, total, &nf))) rc = -1;
+    const uint8_t *data = f.map + f.data_start;
+    size_t from = 0; /* packed offset of file span i */
+    for (int i = 0; rc == 0 && i < nf; from += have[i].n, i++) {
+        size_t at = 0; /* packed offset of the wanted span j */
+        for (int j = 0; j < k; at += want[j].n, j++) {
+            size_t a = have[i].lo > want[j].lo ? have[i].lo : want[j].lo;
+            size_t b = have[i].lo + have[i].n < want[j].lo + want[j].n ? have[i].lo + have[i].n : want[j].lo + want[j].n;
+            if (b <= a) continue; /* F32 little endian in the file, as in memory on x86-64 */
+            size_t src = (from + a - have[i].lo) * sizeof(float), dst = at + (a - want[j].lo);
+            memcpy(m + dst, data + tm->begin + src, (b - a) * sizeof(float));
+            memcpy(v + dst, data + tv->begin + src, (b - a) * sizeof(float));
             *copied += b - a;
         }
     }
+    free(have);
     st_close(&f);
     return rc;
 }
 
-int tn_checkpoint_read_moments(const char *dir, size_t total, size_t lo, size_t n, float *m, float *v) {
+int tn_checkpoint_read_moments(const char *dir, size_t total, const tn_span *spans, int k, float *m, float *v) {
+    size_t n = tn_span_total(spans, k);
     char *one = tn_path_join(dir, OPTIMIZER);
     size_t copied = 0;
     int rc = 0, files = 0;
     if (tn_file_exists(one)) {
         files = 1;
-        rc = read_moment_file(one, total, lo, n, m, v, &copied);
+        rc = read_moment_file(one, total, spans, k, m, v, &copied);
     } else {
         DIR *d = opendir(dir);
         struct dirent *de;
         while (d && rc == 0 && (de = readdir(d))) {
-            int k, K;
+            int q, K;
             char tail[32];
-            if (sscanf(de->d_name, "optimizer-%d-of-%d.%31s", &k, &K, tail) != 3 || strcmp(tail, "safetensors") != 0)
+            if (sscanf(de->d_name, "optimizer-%d-of-%d.%31s", &q, &K, tail) != 3 || strcmp(tail, "safetensors") != 0)
                 continue;
             char *p = tn_path_join(dir, de->d_name);
             files++;
-            rc = read_moment_file(p, total, lo, n, m, v, &copied);
+            rc = read_moment_file(p, total, spans, k, m, v, &copied);
             free(p);
         }
         if (d) closedir(d);
@@ -356,10 +395,10 @@ static cJSON *read_manifest(const char *dir) {
 int tn_checkpoint_load(const char *dir, tn_model *m, tn_adamw *opt, tn_ckpt_state *st) {
     if (tn_checkpoint_verify(dir) != 0) return -1;
     if ((m->lora.r ? tn_model_load_adapter(m, dir) : tn_model_load_hf(m, dir)) != 0) return -1;
-    /* this rank's moments ([opt->lo, opt->lo + n): all, or its shard), from one file or from shards written
-     * at any world size */
+    /* this rank's moments (opt's spans: all, or its shard), from one file or from shards written at any world
+     * size and layout */
     float *mh = tn_xalloc_floats(opt->n ? opt->n : 1), *vh = tn_xalloc_floats(opt->n ? opt->n : 1);
-    int rc = tn_checkpoint_read_moments(dir, m->n_trainable, opt->lo, opt->n, mh, vh);
+    int rc = tn_checkpoint_read_moments(dir, m->n_trainable, opt->spans, opt->n_spans, mh, vh);
     if (rc == 0) opt->be->upload(opt->m, mh, opt->n), opt->be->upload(opt->v, vh, opt->n);
     free(mh), free(vh);
     if (rc) return rc;

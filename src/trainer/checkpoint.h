@@ -39,12 +39,14 @@ char *tn_checkpoint_begin(const char *output_dir, int step);
 int tn_checkpoint_commit(const char *output_dir, char *tmp, const tn_model *m, const tn_adamw *opt,
                          const tn_ckpt_state *st, tn_ckpt_extra_fn extra, void *ctx);
 void tn_checkpoint_abandon(char *tmp);
-/* Moments m, v of the trainable slab's [lo, lo + n) (total floats in all) as shard `shard` of n_shards
- * (n_shards 1: the whole slab). 0 or -1 + tn_err. */
-int tn_checkpoint_write_moments(const char *dir, int shard, int n_shards, size_t total, size_t lo, size_t n,
+/* Moments m, v of the trainable slab's k spans, packed in their order (total floats in the slab), as shard
+ * `shard` of n_shards (n_shards 1: the whole slab). One span is stored as its range ("slab_range"), several
+ * as a list ("slab_spans": a balanced ZeRO shard). 0 or -1 + tn_err. */
+int tn_checkpoint_write_moments(const char *dir, int shard, int n_shards, size_t total, const tn_span *spans, int k,
                                 const float *m, const float *v);
-/* Moments of [lo, lo + n) from the checkpoint in dir, whichever shards (or whole file) it holds. */
-int tn_checkpoint_read_moments(const char *dir, size_t total, size_t lo, size_t n, float *m, float *v);
+/* Moments of k spans (packed) from the checkpoint in dir, whichever shards (or whole file) it holds, written
+ * at any world size and layout. */
+int tn_checkpoint_read_moments(const char *dir, size_t total, const tn_span *spans, int k, float *m, float *v);
 /* Verifies dir's manifest (sizes and hashes). 0 ok, -1 + tn_err saying what is wrong. */
 int tn_checkpoint_verify(const char *dir);
 /* Newest verified checkpoint-N in output_dir into out (size n). 1 found, 0 none; every skipped one is

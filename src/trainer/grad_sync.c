@@ -12,10 +12,10 @@ struct tn_grad_sync {
     tn_model *model;
     int active;              /* more than one rank */
     tn_grad_mode mode;
-    size_t own_lo, own_hi;   /* this rank's shard (reduce-scatter modes) */
     int released;            /* buckets [0, released) waited for (and, in the release mode, released) */
     int n_buckets;
     size_t *lo;              /* [n_buckets] bucket k = [lo[k], k ? lo[k-1] : n_trainable) */
+    tn_span *unit, *own;     /* [n_buckets] reduce-scatter modes: bucket k's unit and this rank's chunk of it */
     int next;                /* first bucket not yet launched */
     int armed;
     double armed_at;
@@ -43,7 +43,9 @@ static void launch_ready(tn_grad_sync *s, size_t ready_from) {
             s->ops[k] = tn_comm_iexchange(s->comm, g + lo, hi - lo,
                                           &(tn_exchange){.codec = s->codec, .residual = s->residual + lo, .scale = 1,
                                                          .reduce_local = 1});
-        else s->ops[k] = tn_comm_ireduce_scatter_range(s->comm, g, s->model->n_trainable, lo, hi);
+        else /* on the unit as its own slab: comm's shards of it are the chunks */
+            s->ops[k] = tn_comm_ireduce_scatter_range(s->comm, g + s->unit[k].lo, s->unit[k].n, lo - s->unit[k].lo,
+                                                      hi - s->unit[k].lo);
         if (!s->ops[k] && !s->first_error) s->first_error = 1;
     }
 }
@@ -56,8 +58,9 @@ static int retire(tn_grad_sync *s, int k) {
         size_t lo = s->lo[k], hi = bucket_hi(s, k);
         const tn_backend *be = s->model->be;
         float *g = s->model->grad;
-        if (s->own_lo > lo) be->release(g + lo, (s->own_lo < hi ? s->own_lo : hi) - lo);
-        if (s->own_hi < hi) be->release(g + (s->own_hi > lo ? s->own_hi : lo), hi - (s->own_hi > lo ? s->own_hi : lo));
+        size_t own_lo = s->own[k].lo, own_hi = own_lo + s->own[k].n;
+        if (own_lo > lo) be->release(g + lo, (own_lo < hi ? own_lo : hi) - lo);
+        if (own_hi < hi) be->release(g + (own_hi > lo ? own_hi : lo), hi - (own_hi > lo ? own_hi : lo));
     }
     return rc;
 }
@@ -72,9 +75,44 @@ static void on_grad_ready(void *ctx, size_t from) {
         if (retire(s, s->released++) != 0 && !s->first_error) s->first_error = 1;
 }
 
-tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes, tn_grad_mode mode) {
-    size_t per = bucket_bytes / sizeof(float);
-    if (per < 1024) {
+size_t tn_grad_sync_bucket_floats(size_t n, size_t bucket_bytes) {
+    /* Never fewer than MIN_BUCKETS buckets (but none under MIN_BUCKET_FLOATS): the bucket holding the first
+     * layers is complete only when backward ends, so one big bucket (LoRA's 2 MB of adapters under a 4 MB
+     * cap) would overlap nothing; with 8 only an eighth of the bytes is left after backward. */
+    size_t per = bucket_bytes / sizeof(float), fair = (n + MIN_BUCKETS - 1) / MIN_BUCKETS;
+    if (fair < MIN_BUCKET_FLOATS) fair = MIN_BUCKET_FLOATS;
+    return per > fair ? fair : per;
+}
+
+/* Buckets of at most per floats from the end of the slab, or a balanced layout's units (last first). */
+static void plan_buckets(tn_grad_sync *s, size_t n, size_t per, const tn_shard_layout *l) {
+    int rs = s->active && (s->mode == TN_GRAD_REDUCE_SCATTER || s->mode == TN_GRAD_REDUCE_SCATTER_RELEASE);
+    int balanced = rs && l && tn_shard_layout_balanced(l);
+    s->n_buckets = balanced ? tn_shard_layout_units(l) : n ? (int)((n + per - 1) / per) : 0;
+    s->lo = tn_xcalloc((size_t)s->n_buckets + 1, sizeof *s->lo);
+    s->ops = tn_xcalloc((size_t)s->n_buckets + 1, sizeof *s->ops);
+    s->unit = tn_xcalloc((size_t)s->n_buckets + 1, sizeof *s->unit);
+    s->own = tn_xcalloc((size_t)s->n_buckets + 1, sizeof *s->own);
+    for (int k = 0; k < s->n_buckets; k++) {
+        size_t lo, hi;
+        if (balanced) tn_shard_layout_unit(l, s->n_buckets - 1 - k, &lo, &hi);
+        s->lo[k] = balanced ? lo : n > (size_t)(k + 1) * per ? n - (size_t)(k + 1) * per : 0;
+    }
+    if (!rs) return;
+    int me = tn_comm_shard_index(s->comm, tn_comm_get_info(s->comm)->rank);
+    for (int k = 0; k < s->n_buckets; k++) {
+        int u = l ? tn_shard_layout_unit_of(l, s->lo[k]) : 0;
+        size_t lo = 0, hi = n, olo, on;
+        if (l) tn_shard_layout_unit(l, u, &lo, &hi);
+        if (l) tn_shard_layout_chunk(l, u, me, &olo, &on);
+        else tn_comm_shard(s->comm, n, tn_comm_get_info(s->comm)->rank, &olo, &on);
+        s->unit[k] = (tn_span){lo, hi - lo}, s->own[k] = (tn_span){olo, on};
+    }
+}
+
+tn_grad_sync *tn_grad_sync_create_sharded(tn_comm *c, tn_model *m, size_t bucket_bytes, tn_grad_mode mode,
+                                          const tn_shard_layout *l) {
+    if (bucket_bytes / sizeof(float) < 1024) {
         tn_err("gradient bucket size %zu bytes is too small (expected at least 4 KB)", bucket_bytes);
         return NULL;
     }
@@ -84,30 +122,21 @@ tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes, 
     s->active = c && (mode == TN_GRAD_LOCAL ? tn_comm_get_info(c)->local_size : tn_comm_get_info(c)->size) > 1 &&
                 m->n_trainable > 0;
     s->mode = mode;
-    size_t n = m->n_trainable;
-    if (s->active && mode != TN_GRAD_ALLREDUCE) {
-        size_t off, len;
-        tn_comm_shard(c, n, tn_comm_get_info(c)->rank, &off, &len);
-        s->own_lo = off, s->own_hi = off + len;
-    }
-    /* Never fewer than MIN_BUCKETS buckets (but none under MIN_BUCKET_FLOATS): the bucket holding the first
-     * layers is complete only when backward ends, so one big bucket (LoRA's 2 MB of adapters under a 4 MB
-     * cap) would overlap nothing; with 8 only an eighth of the bytes is left after backward. */
-    size_t fair = (n + MIN_BUCKETS - 1) / MIN_BUCKETS;
-    if (fair < MIN_BUCKET_FLOATS) fair = MIN_BUCKET_FLOATS;
-    if (per > fair) per = fair;
-    s->n_buckets = n ? (int)((n + per - 1) / per) : 0;
-    s->lo = tn_xcalloc((size_t)s->n_buckets + 1, sizeof *s->lo);
-    s->ops = tn_xcalloc((size_t)s->n_buckets + 1, sizeof *s->ops);
-    for (int k = 0; k < s->n_buckets; k++) s->lo[k] = n > (size_t)(k + 1) * per ? n - (size_t)(k + 1) * per : 0;
+    size_t n = m->n_trainable, per = tn_grad_sync_bucket_floats(n, bucket_bytes), most = 0;
+    plan_buckets(s, n, per, l);
+    for (int k = 0; k < s->n_buckets; k++) most = bucket_hi(s, k) - s->lo[k] > most ? bucket_hi(s, k) - s->lo[k] : most;
     s->stats.n_buckets = s->active ? s->n_buckets : 0;
-    s->stats.bucket_bytes = s->active ? (n < per ? n : per) * sizeof(float) : 0;
+    s->stats.bucket_bytes = s->active ? most * sizeof(float) : 0;
     s->stats.bytes = s->active ? n * sizeof(float) : 0;
     if (s->active) {
         m->grad_ready = on_grad_ready;
         m->grad_ready_ctx = s;
     }
     return s;
+}
+
+tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes, tn_grad_mode mode) {
+    return tn_grad_sync_create_sharded(c, m, bucket_bytes, mode, NULL);
 }
 
 void tn_grad_sync_free(tn_grad_sync *s) {
@@ -118,6 +147,8 @@ void tn_grad_sync_free(tn_grad_sync *s) {
     }
     free(s->lo);
     free(s->ops);
+    free(s->unit);
+    free(s->own);
     tn_free_aligned(s->residual);
     free(s);
 }

@@ -9,7 +9,8 @@
  * Accumulation micro-batches before the last exchange nothing. Only trainable gradients are in the slab,
  * so LoRA exchanges only the adapters. Sharded (ZeRO): buckets are reduce-scattered instead (comm.h's
  * shards: half the bytes of an all-reduce), and at stages 2-3 each bucket's memory outside this rank's
- * shard goes back to the system as soon as its exchange has finished. Compressed (comm_compression): each
+ * shard goes back to the system as soon as its exchange has finished; under a balanced layout
+ * (shard_layout.h) the buckets are the layout's units, each reduce-scattered on the unit's chunks. Compressed (comm_compression): each
  * bucket goes through exchange.h's machine-level exchange (summed inside the machine, encoded, decoded and
  * added in machine order), with error feedback through a residual of this rank's parts of the buckets.
  * Machine-local (sync_mode: diloco): buckets are summed over this machine's ranks only. */
@@ -21,6 +22,7 @@
 #include "comm/comm.h"
 #include "comm/compress.h"
 #include "model/model.h"
+#include "trainer/shard_layout.h"
 
 typedef struct tn_grad_sync tn_grad_sync;
 
@@ -44,6 +46,13 @@ typedef enum {
 /* NULL with tn_err on a bad size. With one rank (one rank per machine: machine-local) it does nothing (and
  * costs nothing). */
 tn_grad_sync *tn_grad_sync_create(tn_comm *c, tn_model *m, size_t bucket_bytes, tn_grad_mode mode);
+/* A reduce-scatter mode over layout's shards (NULL: contiguous shards of the whole slab, as
+ * tn_grad_sync_create); a balanced layout's units are the buckets. Same errors. */
+tn_grad_sync *tn_grad_sync_create_sharded(tn_comm *c, tn_model *m, size_t bucket_bytes, tn_grad_mode mode,
+                                          const tn_shard_layout *l);
+/* The floats of a bucket (at most bucket_bytes, at least MIN_BUCKET_FLOATS, at most 1/8 of n): a balanced
+ * layout's unit cap. */
+size_t tn_grad_sync_bucket_floats(size_t n, size_t bucket_bytes);
 /* TN_GRAD_COMPRESSED with this encoding; NULL + tn_err when the machines' rank counts differ. */
 tn_grad_sync *tn_grad_sync_create_compressed(tn_comm *c, tn_model *m, size_t bucket_bytes, tn_codec codec);
 /* Compressed: this rank's residual floats (its part of every bucket, in slab order) into out (NULL: only

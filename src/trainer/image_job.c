@@ -5,7 +5,8 @@
  * permutation drawn from (seed, epoch), cut into equal rank shares, so a run's samples do not depend on the number
  * of ranks. Batch normalisation as DDP's default: per-rank batch statistics, running estimates broadcast from rank
  * 0 before every forward (broadcast_buffers); sync_bn: true sums the statistics over the ranks (SyncBatchNorm), so
- * a global batch trains the same on any number of ranks. Gradients: the mean over the global batch (all-reduced), clipped at
+ * a global batch trains the same on any number of ranks. Gradients: the mean over the global batch (all-reduced in ddp_bucket_cap_mb buckets while the last backward runs,
+ * image_sync.h), clipped at
  * max_grad_norm, then torch's AdamW (weight decay on every parameter, as torch.optim given model.parameters())
  * or SGD (optim: sgd, optim_args momentum / dampening / nesterov). Each epoch ends with an evaluation (accuracy,
  * loss) of the held-out set. Rank 0 writes trainer_log.jsonl, all_results.json and the model (config.json +
@@ -24,6 +25,7 @@
 #include "outputs/tensorboard.h"
 #include "trainer/family.h"
 #include "trainer/image_ckpt.h"
+#include "trainer/image_sync.h"
 
 #define DEMO_TRAIN 4000
 #define DEMO_EVAL 500
@@ -43,6 +45,7 @@ typedef struct {
     float *opt_a, *opt_b;            /* AdamW m, v; SGD momentum buffer in opt_a */
     sgd_args sgd;
     tn_bn_sync sync;                 /* sync_bn: batch statistics summed over the ranks */
+    tn_image_sync *dp;               /* buffers broadcast, gradients all-reduced in buckets during backward */
     int sync_failed;                 /* an all-reduce inside a BN failed (reported after the step) */
     char *log;                       /* trainer_log.jsonl so far (rank 0), rewritten atomically */
     int start_step;                  /* resumed from checkpoint-<start_step> (0: a fresh run) */
@@ -184,22 +187,6 @@ static void sync_sum(void *ctx, double *buf, int n) {
     if (j->world > 1 && !j->sync_failed && tn_comm_allreduce_f64(j->comm, buf, (size_t)n)) j->sync_failed = 1;
 }
 
-/* DDP's broadcast_buffers: rank 0's running statistics everywhere, before a forward */
-static int broadcast_buffers(image_job *j) {
-    if (j->world == 1) return 0;
-    for (int i = 0; i < tn_resnet_n_tensors(j->m); i++) {
-        const tn_resnet_tensor *t = tn_resnet_tensor_at(j->m, i);
-        if (!t->buffer) continue;
-        float *h = tn_xmalloc(t->numel * sizeof *h);
-        tn_resnet_get(j->m, t, h);
-        int rc = tn_comm_bcast(j->comm, h, t->numel * sizeof *h, 0);
-        if (rc == 0) tn_resnet_set(j->m, t, h);
-        free(h);
-        if (rc) return -1;
-    }
-    return 0;
-}
-
 /* evaluation of the held-out set, split over ranks: accuracy and mean cross-entropy */
 static int evaluate(image_job *j, double *acc, double *loss) {
     const tn_image_set *s = &j->eval;
@@ -261,7 +248,7 @@ static int train_step(image_job *j, const int64_t *perm, int64_t start, int gsiz
     tn_comm_slice((size_t)gsize, j->world, j->rank, &off, &len); /* this rank's share of the global batch */
     size_t n = tn_resnet_n_params(j->m);
     j->be->zero(tn_resnet_grad(j->m), n);
-    if (broadcast_buffers(j)) return -1;
+    if (tn_image_sync_buffers(j->dp)) return -1;
     tn_image_aug aug = tn_image_aug_cifar(1);
     float *img = tn_xmalloc((size_t)micro * s->C * s->H * s->W * sizeof *img);
     int32_t *lab = tn_xmalloc((size_t)micro * sizeof *lab);
@@ -269,12 +256,13 @@ static int train_step(image_job *j, const int64_t *perm, int64_t start, int gsiz
     for (size_t b = 0; b < len; b += (size_t)micro) {
         int k = (int)(len - b < (size_t)micro ? len - b : (size_t)micro);
         tn_image_batch(s, perm + start + (int64_t)(off + b), k, &aug, (uint64_t)c->seed, epoch, img, lab);
+        if (b + (size_t)micro >= len) tn_image_sync_arm(j->dp); /* the last micro-batch: exchange during backward */
         sum += tn_resnet_forward_backward(j->m, img, lab, k, 1.0f / (float)gsize, (float)c->label_smoothing_factor, NULL);
     }
     free(img), free(lab);
+    int rc = tn_image_sync_finish(j->dp); /* waited for even when a BN all-reduce failed: no op is left in flight */
     if (j->sync_failed) return tn_err("sync_bn: the batch-statistics all-reduce failed: %s", tn_errmsg());
-    if (j->world > 1 && (tn_comm_allreduce_f32(j->comm, tn_resnet_grad(j->m), n) || tn_comm_allreduce_f64(j->comm, &sum, 1)))
-        return -1;
+    if (rc || (j->world > 1 && tn_comm_allreduce_f64(j->comm, &sum, 1))) return -1;
     *loss = sum / gsize;
     return 0;
 }
@@ -427,6 +415,8 @@ int tn_image_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t confi
     if (rc == 0) rc = tn_resnet_reserve(j.m, cfg->per_device_train_batch_size > cfg->per_device_eval_batch_size
                                                    ? cfg->per_device_train_batch_size : cfg->per_device_eval_batch_size,
                                         j.train.H, j.train.W);
+    if (rc == 0 && !(j.dp = tn_image_sync_create(comm, j.m, (size_t)(cfg->ddp_bucket_cap_mb * 1048576.0))))
+        rc = tn_err("%s: key 'ddp_bucket_cap_mb': %s", cfg->source_path, tn_errmsg());
     if (rc == 0) {
         size_t n = tn_resnet_n_params(j.m);
         j.opt_a = j.be->alloc(n), j.opt_b = j.be->alloc(n);
@@ -435,6 +425,7 @@ int tn_image_job_train(const tn_train_config *cfg, tn_comm *comm, uint64_t confi
         j.be->free(j.opt_a), j.be->free(j.opt_b);
     }
     if (j.tb) tn_tb_close(j.tb);
+    tn_image_sync_free(j.dp);
     for (int k = 0; k < 3; k++) free(j.curve[k][0]), free(j.curve[k][1]);
     tn_image_set_free(&j.train), tn_image_set_free(&j.eval);
     tn_resnet_free(j.m);

@@ -93,12 +93,37 @@ static void predict_ddp(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_
     r->step_s = (r->comm_s > 0 ? overlapped_step(j, r->comm_s, nb) : j->compute_s) + codec_time(j, c, r->strategy);
 }
 
+/* A pass of `busy` seconds of compute beside `comm` seconds of exchange cut in nb units that follow the
+ * compute (the first unit's transfer exposed before, or the last one's after): whichever paces it, plus one
+ * unit of the other. */
+static double paced(double busy, double comm, double nb) {
+    return fmax(busy + comm / fmax(nb, 1), comm + busy / fmax(nb, 1));
+}
+
+/* Balanced shards: every unit's exchange keeps every link busy each way with (M-1)/M of its bytes. Stages 1-2:
+ * the gathers (issued after the update, in forward order) pace the forward, the reduce-scatters the backward;
+ * stage 3 gathers every group again in backward, beside the reduce-scatters. */
+static void predict_zero_balanced(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_row *r, int stage) {
+    double G = 4 * j->trainable, M = c->machines, nb = bucket_count(G, j->bucket_bytes);
+    double fwd = j->compute_s * j->forward_share, bwd = j->compute_s * j->backward_share;
+    double rest = j->compute_s - fwd - bwd;
+    double unit = local_time(c, G) / 2 + (M > 1 ? link_time(c, (M - 1) * G / M, nb * (M - 1)) : 0);
+    double back = stage == 3 ? 2 * unit : unit;
+    r->link_bytes = M > 1 ? (stage == 3 ? 3 : 2) * (M - 1) / M * G : 0;
+    r->comm_s = unit + back;
+    r->step_s = paced(fwd, unit, nb) + paced(bwd, back, nb) + rest;
+}
+
 /* Contiguous shards chain the step (docs/performance.md, "Step time by stage"): the first owner's shard must be
  * gathered before the forward passes it, and its gradients reduce-scattered after backward reaches it, so
  * stages 1-2 add a gather and a reduce-scatter of one shard ((M-1) G/M through the owner's link each) to the
  * compute. Stage 3 gathers every layer before use, one owner at a time ((M-1) G in forward and again in
  * backward, compute hidden behind them), then the last shard's reduce-scatter. */
 static void predict_zero(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_row *r, int stage) {
+    if (!j->zero_contiguous) {
+        predict_zero_balanced(j, c, r, stage);
+        return;
+    }
     double G = 4 * j->trainable, M = c->machines, nb = bucket_count(G, j->bucket_bytes);
     double fwd = j->compute_s * j->forward_share, bwd = j->compute_s * j->backward_share;
     double local = local_time(c, G) / 2; /* a reduce-scatter or an all-gather inside the machine */
@@ -195,6 +220,7 @@ void tn_plan_job_from_config(const tn_train_config *cfg, const tn_memory_need *n
     job->trainable = need->trainable, job->frozen_bytes = 4 * need->frozen, job->act_bytes = need->act_bytes;
     job->tokens_per_rank = (double)cfg->per_device_train_batch_size * seq * cfg->gradient_accumulation_steps;
     job->bucket_bytes = cfg->ddp_bucket_cap_mb * 1048576.0, job->diloco_h = cfg->diloco_inner_steps;
+    job->zero_contiguous = cfg->zero_contiguous;
     /* forward's share of the FLOPs: 2 of 6 N (full), 2 of 4 N (LoRA); a recomputed forward belongs to backward */
     job->forward_share = lora ? (ckpt ? 1.0 / 3 : 0.5) : (ckpt ? 0.25 : 1.0 / 3);
     job->backward_share = 1 - job->forward_share;

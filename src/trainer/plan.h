@@ -7,11 +7,13 @@
  *                each way (G = 4 bytes x trainable parameters), summed inside a machine first;
  *   ddp+bf16/int8  the same buckets encoded, the encodings all-gathered between machines: (M-1) E each way
  *                (E = G/2, or G/4 plus one float scale per 64 values);
- *   zero 1-2     buckets reduce-scattered toward their owner during backward, the updated parameters
- *                all-gathered while the next forward runs. Shards are contiguous ranges, so a bucket's
- *                bytes all go to one machine: (M-1) G/M per owner, one owner after another, (M-1) G in all
- *                on the busiest link, each way, both phases;
- *   zero 3       + every group gathered again before backward;
+ *   zero 1-2     buckets reduce-scattered during backward, the updated parameters all-gathered unit by unit
+ *                while the next forward runs. Balanced shards (the default, FSDP's layout): every unit
+ *                moves (M-1)/M of its bytes each way on every link, so the reduce-scatter overlaps backward
+ *                as DDP's all-reduce does (half its bytes) and the gather overlaps forward the same way.
+ *                Contiguous shards (zero_shard_layout: contiguous): a bucket's bytes all go to one machine,
+ *                (M-1) G/M per owner, one owner after another: the step waits for a shard each way;
+ *   zero 3       + every group gathered again before backward (beside the reduce-scatter);
  *   diloco H     gradients summed inside the machine each step; between machines a pseudo-gradient every H
  *                steps ((M-1) E), overlapped with the next round: only what exceeds a round's compute shows.
  * Memory per rank: the ZeRO formulas over trainable state (16 bytes a parameter: weight, gradient, two AdamW
@@ -61,6 +63,7 @@ typedef struct {
     double tokens_per_rank;   /* tokens one rank trains per step */
     double bucket_bytes;      /* gradient bucket cap */
     int diloco_h;             /* inner steps of a DiLoCo round */
+    int zero_contiguous;      /* ZeRO's shards: 0 balanced, 1 contiguous (zero_shard_layout) */
     double encode_s[3], decode_s[3]; /* seconds per float of each codec (compress.h's order: fp32, bf16, int8)
                                       * on the core that runs the step; 0: free */
 } tn_plan_job;

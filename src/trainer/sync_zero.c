@@ -1,10 +1,12 @@
-/* sync_zero.c -- ZeRO stages 1-3 (strategy.h, zero.h): gradients reduce-scattered into each rank's shard
+/* sync_zero.c -- ZeRO stages 1-3 (strategy.h, zero.h) over the shards of shard_layout.h (zero_shard_layout:
+ * balanced, FSDP's layout, or contiguous): gradients reduce-scattered into each rank's shard
  * (stages 2-3: the rest of each bucket released once exchanged), AdamW moments for the shard only, the updated
  * shard all-gathered after the step (stages 1-2) or before each use (stage 3, through the model's param_hook,
  * installed at start once every rank holds the whole model). Each rank saves and loads its own moments. */
 #include <stdlib.h>
 
 #include "core/core.h"
+#include "trainer/shard_layout.h"
 #include "trainer/strategy.h"
 #include "trainer/zero.h"
 
@@ -12,7 +14,8 @@ extern const tn_strategy_ops tn_sync_zero;
 
 typedef struct {
     tn_strategy base;
-    tn_zero *zero; /* from start on */
+    tn_shard_layout *layout; /* who owns what: the exchange's units, the optimizer's spans, zero's pieces */
+    tn_zero *zero;           /* from start on */
 } zero_strategy;
 
 static int picks(const tn_strategy_args *a) { return a->stage > 0; }
@@ -27,10 +30,21 @@ static int check(const tn_strategy_args *a) {
 static tn_strategy *create(const tn_strategy_args *a) {
     zero_strategy *z = tn_xcalloc(1, sizeof *z);
     tn_grad_mode mode = a->stage == 1 ? TN_GRAD_REDUCE_SCATTER : TN_GRAD_REDUCE_SCATTER_RELEASE;
-    tn_grad_sync *sync = tn_grad_sync_create(a->comm, a->model, tn_strategy_bucket_bytes(a), mode);
-    size_t lo = 0, n = 0;
-    if (sync) tn_comm_shard(a->comm, a->model->n_trainable, tn_comm_get_info(a->comm)->rank, &lo, &n);
-    if (tn_strategy_init(&z->base, &tn_sync_zero, a, sync, sync ? tn_adamw_create_range(a->model, lo, n) : NULL)) {
+    size_t bucket = tn_strategy_bucket_bytes(a), n = a->model->n_trainable;
+    /* balanced units at most a gradient bucket: as many exchanges to overlap with backward as DDP's */
+    z->layout = tn_shard_layout_create(a->model, tn_comm_get_info(a->comm)->size, !a->cfg->zero_contiguous,
+                                       tn_grad_sync_bucket_floats(n, bucket));
+    tn_grad_sync *sync = tn_grad_sync_create_sharded(a->comm, a->model, bucket, mode, z->layout);
+    tn_adamw *opt = NULL;
+    if (sync) {
+        int me = tn_comm_shard_index(a->comm, tn_comm_get_info(a->comm)->rank), k = tn_shard_layout_spans(z->layout, me, NULL);
+        tn_span *sp = tn_xmalloc(((size_t)k + 1) * sizeof *sp);
+        tn_shard_layout_spans(z->layout, me, sp);
+        opt = tn_adamw_create_spans(a->model, sp, k);
+        free(sp);
+    }
+    if (tn_strategy_init(&z->base, &tn_sync_zero, a, sync, opt)) {
+        tn_shard_layout_free(z->layout);
         free(z);
         return NULL;
     }
@@ -42,6 +56,7 @@ static void destroy(tn_strategy *s) {
     zero_strategy *z = (zero_strategy *)s;
     tn_zero_free(z->zero);
     tn_strategy_fini(s);
+    tn_shard_layout_free(z->layout);
     free(z);
 }
 
@@ -49,7 +64,7 @@ static tn_zero *zero_of(const tn_strategy *s) { return ((const zero_strategy *)s
 
 static void start(tn_strategy *s) {
     zero_strategy *z = (zero_strategy *)s;
-    if (!z->zero) z->zero = tn_zero_create(s->a.comm, s->a.model, s->a.stage);
+    if (!z->zero) z->zero = tn_zero_create(s->a.comm, s->a.model, s->a.stage, z->layout);
 }
 
 /* stages 2-3: released, the slab reads as zeros and holds no memory until backward writes it */
@@ -73,9 +88,29 @@ static int load_moments(tn_strategy *s, const char *dir) {
     return s->opt->step > 0 ? tn_zero_load_moments(zero_of(s), s->opt, dir) : 0;
 }
 
+/* The data-parallel line, and who owns what (test_zero_layout.sh reads the uneven count). */
+static void describe(const tn_strategy *s, FILE *out) {
+    const tn_shard_layout *l = ((const zero_strategy *)s)->layout;
+    int N = s->a.world, U = tn_shard_layout_units(l), uneven = 0;
+    for (int u = 0; u < U; u++) {
+        size_t lo, hi;
+        tn_shard_layout_unit(l, u, &lo, &hi);
+        uneven += (hi - lo) % (size_t)N != 0;
+    }
+    tn_strategy_describe_dp(s, out);
+    if (tn_shard_layout_balanced(l))
+        fprintf(out, "tandem: ZeRO shards balanced (FSDP's layout, zero_shard_layout: balanced): %d unit(s), each "
+                "split into %d chunks, shard s owning chunk s of every unit; %d unit(s) not divisible by %d (chunks one value "
+                "apart); every reduce-scatter and all-gather moves 1/%d of a unit from every rank\n", U, N, uneven, N, N);
+    else
+        fprintf(out, "tandem: ZeRO shards contiguous (zero_shard_layout: contiguous): shard s is the s-th 1/%d of the "
+                "slab; a bucket's reduce-scatter goes to its owner only\n", N);
+}
+
 const tn_strategy_ops tn_sync_zero = {
     .name = "zero",
-    .summary = "ZeRO stages 1-3: gradients reduce-scattered, optimizer state (2: + gradients, 3: + parameters) sharded",
+    .summary = "ZeRO stages 1-3: gradients reduce-scattered, optimizer state (2: + gradients, 3: + parameters) sharded "
+               "(zero_shard_layout: balanced, FSDP's chunk of every unit, or contiguous)",
     .picks = picks,
     .check = check,
     .create = create,
@@ -91,4 +126,5 @@ const tn_strategy_ops tn_sync_zero = {
     .load_moments = load_moments,
     .track_peak = track_peak,
     .peak_bytes = peak_bytes,
+    .describe = describe,
 };

@@ -9,13 +9,17 @@
 #include "trainer/checkpoint.h"
 #include "trainer/optimizer.h"
 
-/* A group's parameters are gathered as pieces, one per shard the group touches: a piece flows away from one
- * owner only, so comm runs the pieces of different shards side by side (every direction of every link
- * busy) and a rank computing on its own piece need not wait for its sends to leave. */
+/* A group's parameters are gathered as pieces, one per layout unit the group touches (shard_layout.h), each
+ * on its unit as its own slab. Balanced layout: the unit's chunks come from every rank at once. Contiguous
+ * layout (one unit): the group is cut further at the shard boundaries, so a piece flows away from one owner
+ * only; comm runs the pieces of different shards side by side and a rank computing on its own piece need not
+ * wait for its sends to leave. */
 typedef struct {
     size_t lo, hi;   /* the piece, inside the slab's trainable part */
-    size_t key;      /* its offset from the start of its shard: stages 1-2 gather in this order */
-    int mine;        /* inside this rank's shard */
+    tn_span unit;    /* the unit it lies in */
+    tn_span own;     /* this rank's chunk of that unit */
+    size_t key;      /* stages 1-2 gather in this order: forward (balanced), offset into its shard (contiguous) */
+    int mine;        /* inside this rank's chunk: nothing to receive */
     tn_comm_op *op;  /* its all-gather in flight */
 } piece;
 
@@ -24,7 +28,9 @@ struct tn_zero {
     tn_model *m;
     int stage, full, track;
     size_t peak;         /* tn_zero_track_peak */
-    size_t lo, n;        /* this rank's shard of the trainable slab */
+    const tn_shard_layout *layout;
+    tn_span *own;        /* this rank's shard of the trainable slab: its chunk of every unit */
+    int n_own;
     piece *pieces;       /* every group's, in slab order */
     int n_pieces;
     int *first;          /* [L + 3] group g's pieces are pieces[first[g + 1] .. first[g + 2]) */
@@ -45,7 +51,7 @@ static void fail(tn_zero *z, const piece *p) {
 }
 
 static void start_piece(tn_zero *z, piece *p) {
-    p->op = tn_comm_iallgather_range(z->c, z->m->slab, z->m->n_trainable, p->lo, p->hi);
+    p->op = tn_comm_iallgather_range(z->c, z->m->slab + p->unit.lo, p->unit.n, p->lo - p->unit.lo, p->hi - p->unit.lo);
     if (!p->op) fail(z, p);
 }
 
@@ -84,18 +90,20 @@ static void collect_sends(tn_zero *z) {
     for (int i = 0; i < z->n_pieces; i++) wait_piece(z, &z->pieces[i]);
 }
 
-/* Stage 3: the group's parameters outside this rank's shard go back to the system. */
+/* Stage 3: the group's parameters outside this rank's chunks go back to the system. */
 static void release_group(tn_zero *z, int g) {
-    size_t lo, hi, own_lo = z->lo, own_hi = z->lo + z->n;
-    range_of(z, g, &lo, &hi);
     const tn_backend *be = z->m->be;
     float *p = z->m->slab;
-    if (own_lo > lo) be->release(p + lo, (own_lo < hi ? own_lo : hi) - lo);
-    if (own_hi < hi) {
-        size_t a = own_hi > lo ? own_hi : lo;
-        be->release(p + a, hi - a);
+    for (int i = z->first[g + 1]; i < z->first[g + 2]; i++) {
+        size_t lo = z->pieces[i].lo, hi = z->pieces[i].hi;
+        size_t own_lo = z->pieces[i].own.lo, own_hi = own_lo + z->pieces[i].own.n;
+        if (own_lo > lo) be->release(p + lo, (own_lo < hi ? own_lo : hi) - lo);
+        if (own_hi < hi) {
+            size_t a = own_hi > lo ? own_hi : lo;
+            be->release(p + a, hi - a);
+        }
     }
-    z->here[g + 1] = hi == lo;
+    z->here[g + 1] = z->first[g + 1] == z->first[g + 2];
 }
 
 static void sample_peak(tn_zero *z) {
@@ -126,22 +134,39 @@ size_t tn_zero_peak_bytes(tn_zero *z) {
     return p;
 }
 
-/* Cuts every group at the shard boundaries (shard indices follow the slab). */
+/* The pieces of [lo, hi) (inside unit u): one, or (contiguous layout) one per shard it touches. */
+static void cut_unit(tn_zero *z, int u, size_t lo, size_t hi, int size, int own) {
+    size_t ulo, uhi;
+    tn_shard_layout_unit(z->layout, u, &ulo, &uhi);
+    tn_span unit = {ulo, uhi - ulo}, mine;
+    tn_shard_layout_chunk(z->layout, u, own, &mine.lo, &mine.n);
+    int balanced = tn_shard_layout_balanced(z->layout);
+    for (int s = 0; s < (balanced ? 1 : size); s++) {
+        size_t off = lo, len = hi - lo;
+        if (!balanced) tn_shard_layout_chunk(z->layout, u, s, &off, &len);
+        size_t a = lo > off ? lo : off, b = hi < off + len ? hi : off + len;
+        if (b <= a) continue;
+        z->pieces[z->n_pieces++] = (piece){.lo = a, .hi = b, .unit = unit, .own = mine, .key = balanced ? a : a - off,
+                                           .mine = a >= mine.lo && b <= mine.lo + mine.n};
+    }
+}
+
+/* Cuts every group at the unit boundaries (and, contiguous, at the shard boundaries). */
 static void make_pieces(tn_zero *z) {
     const tn_model *m = z->m;
     int size = tn_comm_get_info(z->c)->size, L = m->L, own = tn_comm_shard_index(z->c, tn_comm_get_info(z->c)->rank);
+    size_t most = ((size_t)tn_shard_layout_units(z->layout) + (size_t)L + 2) * (size_t)size;
     z->first = tn_xcalloc((size_t)L + 3, sizeof *z->first);
-    z->pieces = tn_xcalloc(((size_t)L + 2) * (size_t)size, sizeof *z->pieces);
+    z->pieces = tn_xcalloc(most + 1, sizeof *z->pieces);
     for (int g = -1; g <= L; g++) {
-        size_t lo, hi;
+        size_t lo, hi, ulo, uhi;
         range_of(z, g, &lo, &hi);
         z->first[g + 1] = z->n_pieces;
-        for (int s = 0; s < size && hi > lo; s++) {
-            size_t off, len;
-            tn_comm_slice(m->n_trainable, size, s, &off, &len);
-            size_t a = lo > off ? lo : off, b = hi < off + len ? hi : off + len;
-            if (b <= a) continue;
-            z->pieces[z->n_pieces++] = (piece){.lo = a, .hi = b, .key = a - off, .mine = s == own};
+        int U = hi > lo ? tn_shard_layout_units(z->layout) : 0;
+        for (int u = U ? tn_shard_layout_unit_of(z->layout, lo) : 0; u < U; u++) {
+            tn_shard_layout_unit(z->layout, u, &ulo, &uhi);
+            if (ulo >= hi) break;
+            cut_unit(z, u, lo > ulo ? lo : ulo, hi < uhi ? hi : uhi, size, own);
         }
     }
     z->first[L + 2] = z->n_pieces;
@@ -153,10 +178,13 @@ static void make_pieces(tn_zero *z) {
     }
 }
 
-tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage) {
+tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage, const tn_shard_layout *layout) {
     tn_zero *z = tn_xcalloc(1, sizeof *z);
-    z->c = c, z->m = m, z->stage = stage;
-    tn_comm_shard(c, m->n_trainable, tn_comm_get_info(c)->rank, &z->lo, &z->n);
+    z->c = c, z->m = m, z->stage = stage, z->layout = layout;
+    int own = tn_comm_shard_index(c, tn_comm_get_info(c)->rank);
+    z->n_own = tn_shard_layout_spans(layout, own, NULL);
+    z->own = tn_xmalloc(((size_t)z->n_own + 1) * sizeof *z->own);
+    tn_shard_layout_spans(layout, own, z->own);
     make_pieces(z);
     z->here = tn_xcalloc((size_t)m->L + 2, 1);
     for (int g = -1; g <= m->L; g++) {
@@ -173,11 +201,10 @@ void tn_zero_free(tn_zero *z) {
     for (int i = 0; i < z->n_pieces; i++)
         if (z->pieces[i].op) tn_comm_wait(z->pieces[i].op);
     if (z->m->param_hook_ctx == z) z->m->param_hook = NULL, z->m->param_hook_ctx = NULL;
-    free(z->pieces), free(z->first), free(z->order), free(z->here), free(z);
+    free(z->pieces), free(z->first), free(z->order), free(z->here), free(z->own), free(z);
 }
 
 int tn_zero_stage(const tn_zero *z) { return z->stage; }
-void tn_zero_shard(const tn_zero *z, size_t *lo, size_t *n) { *lo = z->lo, *n = z->n; }
 
 int tn_zero_after_update(tn_zero *z) {
     if (z->stage == 3) return 0; /* the next pass gathers what it needs */
@@ -205,7 +232,7 @@ int tn_zero_clip(tn_zero *z, double max_norm, double *norm) {
     if (z->stage < 3) collect_sends(z); /* the update follows */
     if (tn_zero_status(z) != 0) return -1; /* the pass that made these gradients read stale parameters */
     int size = tn_comm_get_info(z->c)->size;
-    double mine = tn_grad_sumsq(z->m, z->lo, z->n), total = 0;
+    double mine = tn_grad_sumsq(z->m, z->own, z->n_own), total = 0;
     double *all = tn_xmalloc((size_t)size * sizeof *all);
     /* every rank adds the same numbers in the same order: the same norm, the same clipping everywhere */
     int rc = tn_comm_allgather(z->c, &mine, sizeof mine, all);
@@ -215,7 +242,7 @@ int tn_zero_clip(tn_zero *z, double max_norm, double *norm) {
     *norm = sqrt(total);
     if (max_norm > 0) {
         double coef = max_norm / (*norm + 1e-6);
-        if (coef < 1.0) z->m->be->scale(z->m->grad + z->lo, z->n, (float)coef);
+        if (coef < 1.0) tn_grad_scale(z->m, z->own, z->n_own, (float)coef);
     }
     return 0;
 }
@@ -224,6 +251,15 @@ void tn_zero_resident_bytes(const tn_zero *z, tn_zero_resident *r) {
     const tn_backend *be = z->m->be;
     r->params = be->resident(z->m->slab, z->m->n_trainable);
     r->grads = be->resident(z->m->grad, z->m->n_trainable);
+}
+
+/* Rank r's spans (its shard: malloc'd) and their count. */
+static tn_span *spans_of(const tn_zero *z, int r, int *k) {
+    int s = tn_comm_shard_index(z->c, r);
+    *k = tn_shard_layout_spans(z->layout, s, NULL);
+    tn_span *sp = tn_xmalloc(((size_t)*k + 1) * sizeof *sp);
+    tn_shard_layout_spans(z->layout, s, sp);
+    return sp;
 }
 
 int tn_zero_save_moments(tn_zero *z, const tn_adamw *opt, const char *dir) {
@@ -237,15 +273,17 @@ int tn_zero_save_moments(tn_zero *z, const tn_adamw *opt, const char *dir) {
         rc = tn_comm_send(z->c, m, opt->n * sizeof *m, 0);
         if (rc == 0) rc = tn_comm_send(z->c, v, opt->n * sizeof *v, 0);
     } else {
-        rc = tn_checkpoint_write_moments(dir, tn_comm_shard_index(z->c, 0), in->size, total, opt->lo, opt->n, m, v);
+        rc = tn_checkpoint_write_moments(dir, tn_comm_shard_index(z->c, 0), in->size, total, opt->spans, opt->n_spans,
+                                         m, v);
         for (int r = 1; r < in->size; r++) {
-            size_t lo, n;
-            tn_comm_shard(z->c, total, r, &lo, &n);
+            int k;
+            tn_span *sp = spans_of(z, r, &k);
+            size_t n = tn_span_total(sp, k);
             float *rm = tn_xalloc_floats(n ? n : 1), *rv = tn_xalloc_floats(n ? n : 1);
             int got = tn_comm_recv(z->c, rm, n * sizeof *rm, r) == 0 && tn_comm_recv(z->c, rv, n * sizeof *rv, r) == 0;
             if (!got) rc = tn_err("receiving rank %d's optimizer shard failed: %s", r, tn_errmsg());
-            else if (rc == 0) rc = tn_checkpoint_write_moments(dir, tn_comm_shard_index(z->c, r), in->size, total, lo, n, rm, rv);
-            free(rm), free(rv);
+            else if (rc == 0) rc = tn_checkpoint_write_moments(dir, tn_comm_shard_index(z->c, r), in->size, total, sp, k, rm, rv);
+            free(rm), free(rv), free(sp);
         }
     }
     free(m), free(v);
@@ -268,15 +306,16 @@ int tn_zero_load_moments(tn_zero *z, tn_adamw *opt, const char *dir) {
     }
     int rc = 0;
     for (int r = 1; r < in->size; r++) {
-        size_t lo, n;
-        tn_comm_shard(z->c, total, r, &lo, &n);
+        int k;
+        tn_span *sp = spans_of(z, r, &k);
+        size_t n = tn_span_total(sp, k);
         float *m = tn_xalloc_floats(n ? n : 1), *v = tn_xalloc_floats(n ? n : 1);
-        int32_t status = tn_checkpoint_read_moments(dir, total, lo, n, m, v);
+        int32_t status = tn_checkpoint_read_moments(dir, total, sp, k, m, v);
         if (status != 0 && rc == 0) rc = -1; /* tn_err names the file; every rank still gets its status */
         if (tn_comm_send(z->c, &status, sizeof status, r) != 0 ||
             (status == 0 && (tn_comm_send(z->c, m, n * sizeof *m, r) != 0 || tn_comm_send(z->c, v, n * sizeof *v, r) != 0)))
             rc = -1;
-        free(m), free(v);
+        free(m), free(v), free(sp);
     }
     return rc;
 }

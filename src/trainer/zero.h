@@ -1,13 +1,14 @@
 /* zero -- sharded data parallelism (ZeRO stages 1-3, what DeepSpeed's ZeRO and PyTorch's FSDP give).
  *
- * Owns: which contiguous range of the trainable slab this rank owns (its shard, comm.h), and keeping a
- * sharded model usable by the plain layer-by-layer passes, through the model's param_hook:
+ * Owns: keeping a sharded model usable by the plain layer-by-layer passes, through the model's param_hook, with
+ * the shards of shard_layout.h (balanced: this rank's chunk of every unit, FSDP's layout; or contiguous):
  *   stage 1  AdamW moments only for the shard; gradients reduce-scattered (every rank still holds the whole
  *            gradient slab), the shard updated, the updated parameters all-gathered per group (layer)
- *            while the next forward runs: each layer's forward waits only for its own group. A group is
- *            gathered as one piece per shard it touches, every owner's pieces at once (so each direction
- *            of a link carries bytes, not one owner's after the other's); a rank does not wait for the
- *            pieces it only sends until the next update.
+ *            while the next forward runs, unit by unit in forward order: each layer's forward waits only
+ *            for its own group. Balanced, every unit's all-gather moves 1/N from every rank. Contiguous, a
+ *            group is gathered as one piece per shard it touches, every owner's pieces at once (so each
+ *            direction of a link carries bytes, not one owner's after the other's); a rank does not wait
+ *            for the pieces it only sends until the next update.
  *   stage 2  + the gradient memory outside the shard goes back to the system after each bucket's
  *            reduce-scatter (grad_sync.h).
  *   stage 3  + the parameters outside the shard too: a group is all-gathered just before the pass uses it
@@ -25,6 +26,7 @@
 #include "comm/comm.h"
 #include "model/model.h"
 #include "trainer/optimizer.h"
+#include "trainer/shard_layout.h"
 
 typedef struct tn_zero tn_zero;
 
@@ -32,12 +34,12 @@ typedef struct {
     size_t params, grads; /* resident bytes of the parameter slab's trainable part and of the gradient slab */
 } tn_zero_resident;
 
-/* stage 1..3 over comm's ranks; installs the model's param_hook. At stage 3 the parameters outside the
- * shard are released at once (every rank must hold the whole model on entry, e.g. after a broadcast). */
-tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage);
+/* stage 1..3 over comm's ranks and layout's shards (kept, not copied); installs the model's param_hook. At
+ * stage 3 the parameters outside the shard are released at once (every rank must hold the whole model on
+ * entry, e.g. after a broadcast). */
+tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage, const tn_shard_layout *layout);
 void tn_zero_free(tn_zero *z);
 int tn_zero_stage(const tn_zero *z);
-void tn_zero_shard(const tn_zero *z, size_t *lo, size_t *n);
 /* After the optimizer updated the shard: stages 1-2 start the all-gathers of the updated parameters. 0, or -1
  * + tn_err when one could not start (or an earlier one failed). */
 int tn_zero_after_update(tn_zero *z);

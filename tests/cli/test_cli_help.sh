@@ -16,7 +16,7 @@ fails=0 checks=0
 # the options a source file's parser compares argv against
 options() { grep -o 'strcmp(argv\[i\], "-[-a-z0-9]*")' "$SRC/$1" | grep -o '"-[^"]*"' | tr -d '"' | sort -u; }
 
-for cmd in train launch export chat generate init-model compare tokenize dashboard "bench train" "bench sgemm" "bench allreduce" "bench vl"; do
+for cmd in train launch export chat generate init-model compare tokenize dashboard "bench train" "bench sgemm" "bench allreduce" "bench vl" "bench resnet"; do
   "$BIN" $cmd --help >"$T/page" 2>&1
   rc=$?
   check '[ $rc -eq 0 ] && head -n 1 "$T/page" | grep -q "^usage: tandem $cmd "'
@@ -28,7 +28,7 @@ for cmd in train launch export chat generate init-model compare tokenize dashboa
   check 'cmp -s "$T/page" "$T/page-late"'
 done
 for pair in cmd_launch.c:launch cmd_compare.c:compare cmd_tokenize.c:tokenize cmd_chat.c:generate \
-  cmd_export.c:init-model cmd_bench.c:bench cmd_bench_allreduce.c:"bench allreduce" cmd_bench_vl.c:"bench vl" cmd_topo.c:topo \
+  cmd_export.c:init-model cmd_bench.c:bench cmd_bench_allreduce.c:"bench allreduce" cmd_bench_vl.c:"bench vl" cmd_bench_resnet.c:"bench resnet" cmd_topo.c:topo \
   cmd_dashboard.c:dashboard cmd_train.c:train; do
   file=${pair%%:*} cmd=${pair#*:}
   "$BIN" $cmd --help >"$T/page" 2>&1

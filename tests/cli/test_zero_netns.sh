@@ -3,7 +3,8 @@
 # ranks on each (and, at stage 3, one on each), launched through the hostfile path: ZeRO stages 1, 2 and 3 take the hierarchical
 # collectives (a ring inside each machine, one rail ring per local rank between the machines) and must give
 # the parameters of the plain data-parallel run of the same split (relative L2 <= 1e-6, see
-# test_dp_split.sh), full fine-tuning and, at stage 3, LoRA. The namespaces are removed afterwards.
+# test_dp_split.sh), full fine-tuning and, at stage 3, LoRA; balanced shards (the default) and, at stage 2,
+# contiguous ones. The namespaces are removed afterwards.
 set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
@@ -30,6 +31,7 @@ two() { # name key=value... (HOSTFILE: which hostfile, default 2 ranks a machine
     "$BIN" launch --hostfile "${HOSTFILE:-$T/hostfile}" "$T/demo.yaml" $COMMON output_dir="$T/$name" "$@" >"$T/$name.log" 2>&1
   rc=$?
   check '[ $rc -eq 0 ] && grep -q "on 2 machine(s)" "$T/$name.log"'
+  [ $rc -eq 0 ] || { echo "run $name exited $rc:"; tail -n 40 "$T/$name.log"; } # the whole story of a failure
 }
 
 two s0 zero_stage=0
@@ -40,6 +42,11 @@ for s in 1 2 3; do
   echo "two machines x 2 ranks, stage $s vs stage 0: worst rel L2 $d"
   check 'within $d 1e-6'
 done
+# the contiguous layout (zero_shard_layout: contiguous) over the same hierarchical collectives
+two c2 zero_stage=2 zero_shard_layout=contiguous
+d=$(worst "$T/c2" "$T/s0")
+echo "two machines x 2 ranks, stage 2, contiguous shards vs stage 0: worst rel L2 $d"
+check 'within $d 1e-6 && grep -q "ZeRO shards contiguous" "$T/c2.log" && grep -q "ZeRO shards balanced" "$T/s2.log"'
 two l0 zero_stage=0 finetuning_type=lora lora_rank=4
 two l3 zero_stage=3 finetuning_type=lora lora_rank=4
 a=$(worst "$T/l3" "$T/l0" '.' 'lora_B') b=$(worst "$T/l3" "$T/l0" 'lora_B')

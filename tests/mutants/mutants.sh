@@ -52,7 +52,7 @@ fi
 # the generation and dashboard tests must pass unmutated too
 for t in test_unit_kv_generate test_unit_decode_kernels test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed \
   test_unit_sync_device test_unit_frozen_ranges test_unit_comm_shared_gpu test_unit_memory_check test_unit_ifname \
-  test_unit_nonfinite test_unit_size_limits test_unit_backend_profile; do
+  test_unit_nonfinite test_unit_size_limits test_unit_backend_profile test_unit_shard_layout; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -234,6 +234,10 @@ mutant image-ckpt-prune-keeps-one-more trainer/image_ckpt.c 'if (complete && kep
   'if (complete && kept <= limit) kept++;' test_unit_image_ckpt
 mutant image-ckpt-prune-removes-newer-incomplete trainer/image_ckpt.c 'else if (kept >= 1) rc = rm_ckpt(dir);' \
   'else rc = rm_ckpt(dir);' test_unit_image_ckpt
+mutant resnet-grad-ready-before-block-backward model/resnet_forward.c \
+  '        block_backward(m, i, &G, &DX, T1, T2, i ? m->acts[i - 1].out : m->p0);
+        ready(m, m->blocks[i].c1.w);' '        ready(m, m->blocks[i].c1.w);
+        block_backward(m, i, &G, &DX, T1, T2, i ? m->acts[i - 1].out : m->p0);' test_unit_resnet
 mutant step-lr-ignores-warmup config/schedule.c 'pow(gamma, (double)((step - warmup_steps) /' 'pow(gamma, (double)(step /' \
   test_unit_schedule
 mutant syncbn-running-var-local-count backend/cpu_image.c 'float unbiased = n > 1 ? (float)(var * n / (n - 1)) : (float)var;' \
@@ -256,6 +260,8 @@ mutant dashboard-points-printed-by-cjson serve/dash_view.c \
   'if (isfinite(v)) tn_sb_py_float(b, v);' 'if (isfinite(v)) tn_sb_printf(b, "%.15g", v);' test_unit_dashboard
 mutant dashboard-event-ring-without-byte-bound serve/dash_store.c \
   's->bytes + b.n > STORE_EVENT_BYTES' 's->bytes + b.n > 4 * STORE_EVENT_BYTES' test_unit_dashboard
+mutant dashboard-cpu-in-clock-ticks serve/dashboard.c \
+  'if (clock_gettime(clock, &ts) != 0) return -1;' 'if (clock_gettime(clock, &ts) != 0 || 1) return -1;' test_unit_dashboard
 # the plan's cost model (tests/unit/test_unit_plan.c)
 mutant plan-allreduce-bytes-halved trainer/plan.c \
   'r->link_bytes = M > 1 ? 2 * (M - 1) / M * G : 0;' 'r->link_bytes = M > 1 ? (M - 1) / M * G : 0;' test_unit_plan
@@ -264,8 +270,21 @@ mutant plan-no-overlap-with-backward trainer/plan.c \
   'return fmax(j->compute_s + comm, first_ready + comm);' test_unit_plan
 mutant plan-diloco-round-not-hidden trainer/plan.c \
   'fmax(0, round_link - H * step)' 'round_link' test_unit_plan
+mutant plan-balanced-shards-sent-to-one-owner trainer/plan.c \
+  '(M > 1 ? link_time(c, (M - 1) * G / M, nb * (M - 1)) : 0);' '(M > 1 ? link_time(c, (M - 1) * G, nb * (M - 1)) : 0);' \
+  test_unit_plan
 mutant plan-zero2-formula trainer/plan.c \
   'case TN_PLAN_ZERO2: state = 4 * P + 12 * P / N; break;' 'case TN_PLAN_ZERO2: state = 8 * P + 8 * P / N; break;' test_unit_plan
+# ZeRO's balanced shards (tests/unit/test_unit_shard_layout.c): the owner of a chunk, the optimizer's packed moments,
+# a checkpoint shard's packed moments
+mutant shard-chunk-owner-off-by-one trainer/shard_layout.c \
+  'tn_comm_slice(l->bound[u + 1] - l->bound[u], l->size, s, &off, n);' \
+  'tn_comm_slice(l->bound[u + 1] - l->bound[u], l->size, (s + 1) % l->size, &off, n);' test_unit_shard_layout
+mutant adamw-span-moments-not-packed trainer/optimizer.c \
+  'size_t k = at + (a - sp.lo);' 'size_t k = at * 0 + (a - sp.lo);' test_unit_shard_layout
+mutant checkpoint-span-moments-not-packed trainer/checkpoint.c \
+  'size_t src = (from + a - have[i].lo) * sizeof(float)' 'size_t src = (a - have[i].lo) * sizeof(float)' \
+  test_unit_shard_layout
 # The GPU path's host side, on the fake device and hand-made records (issue 32)
 mutant diloco-memcpy-from-device-slab trainer/diloco.c \
   'd->m->be->download(d->g, d->m->slab, d->n);' 'memcpy(d->g, d->m->slab, d->n * sizeof *d->g);' test_unit_sync_device

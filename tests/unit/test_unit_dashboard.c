@@ -2,12 +2,16 @@
  * caps, a viewer that falls behind, the byte bound, the stop), the run view over hand-written files
  * (serve/dash_view.h: trainer_log points written back exactly, the straggler named by compute per sample over windows
  * of ten steps, ETA, a line torn across two reads, a rewritten file, the plan), tandem_ranks.jsonl's resume filter
- * (outputs/rank_log.h), the link capacity record (outputs/link_capacity.h) and the dashboard key. Every expected value
- * is worked out by hand in the comments. */
+ * (outputs/rank_log.h), the link capacity record (outputs/link_capacity.h), the dashboard key, and the dashboard's
+ * CPU account (serve/dashboard.h: a thread of its own that burns a known CPU time is counted to below a clock tick).
+ * Every expected value is worked out by hand in the comments. */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config/train_config.h"
@@ -15,6 +19,7 @@
 #include "outputs/link_capacity.h"
 #include "outputs/rank_log.h"
 #include "serve/dash_store.h"
+#include "serve/dashboard.h"
 #include "serve/dash_view.h"
 #include "testlib.h"
 
@@ -329,6 +334,62 @@ static void test_key(void) {
     }
 }
 
+/* ---- the CPU account */
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int burnt, done;
+    double cpu;
+} burner;
+
+static double own_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A thread named as the dashboard's are: burns 25 ms of its CPU, says how much, and stays until told (an ended
+ * thread is gone from /proc). */
+static void *burn(void *arg) {
+    burner *b = arg;
+    prctl(PR_SET_NAME, "tandem-dash", 0, 0, 0);
+    volatile double x = 0;
+    while (own_cpu() < 0.025) x += 1;
+    pthread_mutex_lock(&b->mu);
+    b->cpu = own_cpu(), b->burnt = 1;
+    pthread_cond_broadcast(&b->cv);
+    while (!b->done) pthread_cond_wait(&b->cv, &b->mu);
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+static void test_cpu_account(void) {
+    const char *dirs[1] = {tl_tmpdir()};
+    tn_dash_opts o = {.dirs = dirs, .n_dirs = 1};
+    tn_dash *d = tn_dash_start(&o);
+    CHECKF(d != NULL, "a dashboard on a free loopback port starts: %s", tn_errmsg());
+    if (!d) return;
+    double before = tn_dash_cpu(d); /* its file thread's, so far */
+    burner b = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, burn, &b) == 0);
+    pthread_mutex_lock(&b.mu);
+    while (!b.burnt) pthread_cond_wait(&b.cv, &b.mu);
+    pthread_mutex_unlock(&b.mu);
+    double after = tn_dash_cpu(d);
+    /* the burner's 25.0x ms are all counted: a count in clock ticks (10 ms) would say 20 ms. The file thread wakes
+     * twice a second to find no files: far under 10 ms of CPU between the two readings. */
+    CHECKF(after - before >= b.cpu - 1e-6 && after - before < b.cpu + 0.010,
+           "the dashboard's threads used %.6f s more, the burner alone %.6f s", after - before, b.cpu);
+    pthread_mutex_lock(&b.mu);
+    b.done = 1;
+    pthread_cond_broadcast(&b.cv);
+    pthread_mutex_unlock(&b.mu);
+    pthread_join(th, NULL);
+    tn_dash_stop(d);
+}
+
 int main(void) {
     test_store();
     test_straggler();
@@ -336,5 +397,6 @@ int main(void) {
     test_rank_log();
     test_link_capacity();
     test_key();
+    test_cpu_account();
     return tl_done("test_unit_dashboard");
 }

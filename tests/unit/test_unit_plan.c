@@ -39,7 +39,10 @@ static void test_single_rank(void) {
 
 /* Two machines, 1 MB/s, no latency. DDP: the 4 MB all-reduce puts 2 (M-1)/M G = 4 MB each way = 4 s on the link,
  * starting when the first bucket is ready (forward 1/3 s + an eighth of backward 1/12 s): 4.41667 s. bf16 sends
- * (M-1) G/2 = 2 MB: 2 s + 5/12 s. ZeRO-2: compute + a gather and a reduce-scatter of one shard of 2 MB: 1 + 2 + 2.
+ * (M-1) G/2 = 2 MB: 2 s + 5/12 s. ZeRO with balanced shards (8 units, each (M-1)/M of its bytes each way): the
+ * gathers, 2 MB = 2 s, pace the forward (2 s + the last unit's forward 1/24 s), the reduce-scatters, 2 s, the
+ * backward (2 s + the last unit's 1/12 s): ZeRO-2 4.125 s; ZeRO-3's backward also gathers again: 4 s + 1/12,
+ * 6.125 s. Contiguous shards: ZeRO-2 compute + a gather and a reduce-scatter of one shard of 2 MB: 1 + 2 + 2;
  * ZeRO-3: both passes wait for 4 MB of gathers each (4 s > compute), then the last shard's 2 s: 10 s. DiLoCo:
  * 4 MB every 8 steps, 4 s hidden behind 8 s of compute; its round end 6 passes over 4 MB at 5 GB/s. */
 static void test_two_machines(void) {
@@ -50,8 +53,16 @@ static void test_two_machines(void) {
     CHECK_NEAR(r[TN_PLAN_DDP].step_s, 4 + 1.0 / 3 + 1.0 / 12, 1e-9);
     CHECK_NEAR(r[TN_PLAN_DDP].link_bytes, 4e6, 1e-6);
     CHECK_NEAR(r[TN_PLAN_DDP_BF16].step_s, 2 + 1.0 / 3 + 1.0 / 12, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_ZERO2].step_s, 2 + 1.0 / 24 + 2 + 1.0 / 12, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].step_s, 2 + 1.0 / 24 + 4 + 1.0 / 12, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_ZERO2].link_bytes, 4e6, 1e-6);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].link_bytes, 6e6, 1e-6);
+    j.zero_contiguous = 1;
+    tn_plan_predict(&j, &c, r);
     CHECK_NEAR(r[TN_PLAN_ZERO2].step_s, 5.0, 1e-9);
     CHECK_NEAR(r[TN_PLAN_ZERO3].step_s, 10.0, 1e-9);
+    j.zero_contiguous = 0;
+    tn_plan_predict(&j, &c, r);
     CHECK_NEAR(r[TN_PLAN_DILOCO].step_s, 1 + 6 * 4e6 / 5e9 / 8, 1e-9);
     CHECK_NEAR(r[TN_PLAN_DILOCO].link_bytes, 4e6 / 8, 1e-6);
     CHECK_NEAR(r[TN_PLAN_ZERO2].memory_bytes, 4 * 1e6 + 12 * 1e6 / 2, 1e-3);

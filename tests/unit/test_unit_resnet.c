@@ -7,7 +7,10 @@
  *  - save then load gives back every tensor bit for bit, num_batches_tracked included, and a missing tensor or a
  *    wrong shape is one line naming the file and tensor;
  *  - torchvision's init: conv std sqrt(2 / fan_out), BN 1/0, fc within 1/sqrt(in);
- *  - a backend without image kernels (the CUDA one, for now) is refused in one line naming it. */
+ *  - a backend without image kernels (the CUDA one, for now) is refused in one line naming it;
+ *  - backward's grad-ready hook (what data parallelism starts exchanging while backward runs): the offsets come in
+ *    decreasing order and end at 0, and at each call the gradients [from, n) are already their final values, bit for
+ *    bit (a bucket sent early would carry a partial gradient). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,8 +129,57 @@ static void check_backend_refusal(void) {
     CHECKF(m == NULL && strstr(e, "cuda backend has no image kernels") && !strchr(e, '\n'), "got '%s'", e);
 }
 
+typedef struct {
+    tn_resnet *m;
+    float *snap;   /* the gradient slab as each call saw it, [calls][n] */
+    size_t from[16];
+    int calls;
+} ready_log;
+
+static void on_ready(void *ctx, size_t from) {
+    ready_log *r = ctx;
+    if (r->calls == 16) return;
+    size_t n = tn_resnet_n_params(r->m);
+    memcpy(r->snap + (size_t)r->calls * n, tn_resnet_grad(r->m), n * sizeof(float));
+    r->from[r->calls++] = from;
+}
+
+static void check_grad_ready(void) {
+    tn_resnet_config c = cfg_of("[2,2,2,2]", 4, 10);
+    tn_resnet *m = tn_resnet_create(&c, tn_backend_cpu());
+    size_t n = tn_resnet_n_params(m);
+    int N = 4;
+    float *img = tn_xmalloc((size_t)N * 3 * 32 * 32 * sizeof *img);
+    int32_t lab[4] = {0, 3, 7, 9};
+    tn_rng g;
+    tn_rng_seed(&g, 5);
+    for (int i = 0; i < N * 3 * 32 * 32; i++) img[i] = (float)tn_rng_normal(&g);
+    tn_resnet_init_random(m, 3);
+    CHECK(tn_resnet_reserve(m, N, 32, 32) == 0);
+    ready_log r = {.m = m, .snap = tn_xmalloc(16 * n * sizeof(float))};
+    tn_resnet_set_grad_ready(m, on_ready, &r);
+    memset(tn_resnet_grad(m), 0, n * sizeof(float));
+    tn_resnet_forward_backward(m, img, lab, N, 0.25f, 0.0f, NULL);
+    /* fc, 8 blocks, stem */
+    CHECKF(r.calls == 10, "%d grad-ready calls, expected 10 (fc, each of 8 blocks, stem)", r.calls);
+    const float *fin = tn_resnet_grad(m);
+    for (int k = 0; k < r.calls; k++) {
+        CHECKF(k == 0 || r.from[k] < r.from[k - 1], "call %d: from %zu after %zu (not decreasing)", k, r.from[k],
+               k ? r.from[k - 1] : 0);
+        size_t bad = n;
+        for (size_t i = r.from[k]; i < n && bad == n; i++)
+            if (memcmp(&r.snap[(size_t)k * n + i], &fin[i], sizeof(float))) bad = i;
+        CHECKF(bad == n, "call %d (from %zu): gradient %zu was not final yet", k, r.from[k], bad);
+    }
+    CHECK(r.calls > 0 && r.from[r.calls - 1] == 0 && r.from[0] == tn_resnet_find(m, "fc.weight")->offset);
+    tn_resnet_set_grad_ready(m, NULL, NULL);
+    free(r.snap), free(img);
+    tn_resnet_free(m);
+}
+
 int main(void) {
     check_backend_refusal();
+    check_grad_ready();
     check_counts("[2,2,2,2]", 1000, 11689512, 102, 9600);
     check_counts("[2,2,2,2]", 10, 11181642, 102, 9600);
     check_counts("[3,4,6,3]", 1000, 21797672, 182, 17024);

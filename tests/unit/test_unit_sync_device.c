@@ -190,7 +190,9 @@ static void test_diloco(tn_comm *c, int nesterov, int overlap) {
     /* save: the machine's parameters and (machines after the first) the optimizer's moments, from device memory */
     float *mom = tn_xmalloc(N_PAR * sizeof *mom);
     for (size_t i = 0; i < N_PAR; i++) mom[i] = (float)i;
-    tn_adamw opt = {.be = &fake_backend, .lo = 0, .n = N_PAR, .m = dev_put(mom, N_PAR), .v = dev_put(x0, N_PAR)};
+    tn_span all = {0, N_PAR};
+    tn_adamw opt = {.be = &fake_backend, .spans = &all, .n_spans = 1, .n = N_PAR, .m = dev_put(mom, N_PAR),
+                    .v = dev_put(x0, N_PAR)};
     tn_state *mine = tn_state_new(), *job = tn_state_new();
     CHECK(tn_diloco_save(d, &opt, mine, job) == 0);
     const tn_comm_info *in = tn_comm_get_info(c);
