@@ -9,9 +9,9 @@
  * "clear" starts a new conversation, "exit" (or end of input) leaves. An empty prompt or message is refused in one
  * line; generation that shows nothing for a few seconds prints a progress line on stderr (quiet_watch.h).
  * Vision-language models: `--image FILE` (repeatable) gives the prompt's images (generate; chat: its first turn),
- * prepared as training prepares them (the model folder's preprocessor_config.json); each `<image>` of the text
- * takes the next one, expanded as in training (LLaMA-Factory's mm_plugin), and a text without `<image>` gets them in
- * front. */
+ * prepared as training prepares them (the model folder's preprocessor_config.json, the YAML's image_max_pixels and
+ * image_min_pixels); each `<image>` of the text takes the next one, expanded as in training (LLaMA-Factory's
+ * mm_plugin), and a text without `<image>` gets them in front. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +45,7 @@ static int prepare_images(const tn_train_config *cfg, const tn_model *m, chat_im
     char *pp = tn_path_join(cfg->model_name_or_path, "preprocessor_config.json");
     int rc = tn_vl_proc_load(pp, &p);
     free(pp);
+    if (rc == 0) rc = tn_vl_proc_set_lf_limits(&p, cfg->image_max_pixels, cfg->image_min_pixels); /* as training */
     if (rc != 0) return -1;
     size_t total = 0, dim = (size_t)tn_vl_patch_dim(&p);
     for (int i = 0; i < ci->n; i++) {

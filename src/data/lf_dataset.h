@@ -120,13 +120,17 @@ int lf_cache_map(const char *path, lf_samples *train, lf_samples *eval);
  * eval_dataset), max_samples each, through UnsupervisedDatasetProcessor: per example the prompt ids (every turn but
  * the last, ending with the assistant header) and the label ids (the last assistant turn as training encodes it,
  * template suffix included; empty when the example has no answer), cut by infer_seqlen(cutoff_len). Examples LF drops
- * (an even number of prompt turns, a broken conversation) are dropped and counted. Not cached. */
+ * (an even number of prompt turns, a broken conversation) are dropped and counted. Not cached.
+ * Images as training prepares them (see Images above): the prompt holds each image's expanded run, and the example's
+ * prepared images are kept in `images` for the model's image-aware prefill. */
 typedef struct {
     int n;
     int64_t *prompt_off, *label_off; /* [n + 1]: example i is [off[i], off[i+1]) of prompt / label */
     int32_t *prompt, *label;
     int n_dropped;
     char drop_reason[200];
+    lf_samples images;         /* only its image fields: n examples, img_off NULL when no dataset has an images
+                                  column; example i's images are [img_off[i], img_off[i+1]), laid out as lf_samples */
 } lf_predict_set;
 int lf_load_predict(const lf_data_args *a, const tn_tokenizer *tok, lf_predict_set *out);
 void lf_predict_set_free(lf_predict_set *s);

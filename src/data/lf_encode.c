@@ -125,7 +125,7 @@ static int expand_images(const lf_template *t, const lf_example *e, const int *i
 }
 
 /* Every image's run survived truncation (and no other text produced image pads). */
-static int check_image_runs(const lf_template *t, const lf_encode_opts *o, const lf_example *e, const int *img_tokens,
+static int check_image_runs(const lf_template *t, int cutoff, const lf_example *e, const int *img_tokens,
                             const tn_ids *ids, size_t from) {
     if (t->image_pad_id < 0) return 0;
     int64_t want = 0, got = 0;
@@ -135,7 +135,7 @@ static int check_image_runs(const lf_template *t, const lf_encode_opts *o, const
     if (got < want && want > 0)
         return tn_err("%s: dataset '%s': record %d: cutoff_len %d cuts its %lld image tokens to %lld (the model needs "
                       "every <|image_pad|> of an image; raise cutoff_len or lower image_max_pixels)", e->file, e->dsname,
-                      e->rec, o->cutoff, (long long)want, (long long)got);
+                      e->rec, cutoff, (long long)want, (long long)got);
     return tn_err("%s: dataset '%s': record %d: %lld <|image_pad|> tokens for %d image(s) that need %lld (the text holds "
                   "<|image_pad|> itself)", e->file, e->dsname, e->rec, (long long)got, e->n_img, (long long)want);
 }
@@ -189,19 +189,23 @@ int lf_encode_supervised(const lf_template *t, const lf_encode_opts *o, const lf
         for (int j = 0; j < tlen[k] && rc == 0; j++)
             rc = tn_ids_push(ids, tgt->ids[j]) || tn_ids_push(labels, masked ? LF_IGNORE : tgt->ids[j]);
     }
-    if (rc == 0 && t->def->vision) rc = check_image_runs(t, o, e, img_tokens, ids, first);
+    if (rc == 0 && t->def->vision) rc = check_image_runs(t, o->cutoff, e, img_tokens, ids, first);
     for (int i = 0; i < e->n_prompt + e->n_resp; i++) tn_ids_free(&enc[i]), free(thoughtless[i].p), free(expanded[i].p);
     free(enc), free(thoughtless), free(expanded), free(msg), free(slen), free(tlen), free(order);
     free(sb.p), free(tmp.p);
     return rc ? -1 : 0;
 }
 
-int lf_encode_oneturn(const lf_template *t, int cutoff, const lf_example *e, tn_ids *prompt, tn_ids *label) {
+int lf_encode_oneturn(const lf_template *t, int cutoff, const lf_example *e, const int *img_tokens, tn_ids *prompt,
+                      tn_ids *label) {
     int n = e->n_prompt + 1, rc = 0;
+    size_t first = prompt->n;
     lf_msg *msg = tn_xcalloc((size_t)n, sizeof *msg);
     memcpy(msg, e->msg, (size_t)e->n_prompt * sizeof *msg);
     msg[n - 1] = e->n_resp == 1 ? e->msg[e->n_prompt] : (lf_msg){.role = LF_ASSISTANT, .s = "", .n = 0};
     lf_buf *thoughtless = tn_xcalloc((size_t)n, sizeof *thoughtless), sb = {0}, tmp = {0};
+    lf_buf *expanded = tn_xcalloc((size_t)n, sizeof *expanded);
+    if (expand_images(t, e, img_tokens, msg, n, expanded) != 0) rc = -1; /* LF: process_messages, then the template */
     int reasoning = t->def->reasoning;
     for (int i = 1; reasoning && !t->enable_thinking && i < n - 2; i += 2) { /* LF: cot removed from the history */
         remove_thought(msg[i].s, msg[i].n, &thoughtless[i]);
@@ -226,8 +230,10 @@ int lf_encode_oneturn(const lf_template *t, int cutoff, const lf_example *e, tn_
         lf_infer_seqlen((int)src.n, (int)tgt.n, cutoff, &ns, &nt);
         rc = append(prompt, src.ids, (size_t)ns) || append(label, tgt.ids, (size_t)nt);
     }
+    /* the model sees the prompt only: every image's run must be whole there */
+    if (rc == 0 && t->def->vision) rc = check_image_runs(t, cutoff, e, img_tokens, prompt, first);
     tn_ids_free(&src), tn_ids_free(&tgt);
-    for (int i = 0; i < n; i++) free(thoughtless[i].p);
-    free(thoughtless), free(msg), free(sb.p), free(tmp.p);
+    for (int i = 0; i < n; i++) free(thoughtless[i].p), free(expanded[i].p);
+    free(thoughtless), free(expanded), free(msg), free(sb.p), free(tmp.p);
     return rc ? -1 : 0;
 }

@@ -171,12 +171,19 @@ int lf_count_image_tags(const char *s, size_t n);
  * on from *next. */
 void lf_expand_image_tags(const char *s, size_t n, const int *tokens, int *next, lf_buf *out);
 void lf_infer_seqlen(int source_len, int target_len, int cutoff_len, int *src_out, int *tgt_out);
-/* One example for generation, as LF's UnsupervisedDatasetProcessor with Template.encode_oneturn: the prompt is every
+/* Datasets with an images column (lf_load.c): *any set; with a vision template vl gets the processor settings
+ * (a->processor_path, else preprocessor_config.json beside the tokenizer) and LF's pixel limits; images with stage
+ * pt or packing are refused. 0 or -1 + tn_err. */
+int lf_vision_setup(const lf_data_args *a, const lf_template *t, const lf_dsinfo *info, const lf_encode_opts *o,
+                    tn_vl_proc *vl, int *any);
+/* One example for generation, as LF's UnsupervisedDatasetProcessor with Template.encode_oneturn (its <image> tags
+ * first expanded as lf_encode_supervised does, img_tokens as there; every run must survive the cut): the prompt is every
  * turn but the last (up to the assistant header), the label the last assistant turn as encoded (template suffix
  * included; an empty turn when the example has none), qwen3's empty thought appended to the prompt (enable_thinking
  * false) or prepended to the label (true) when the answer has no think block, both cut by infer_seqlen(cutoff).
  * Appended to prompt and label; 0 or -1 + tn_err. */
-int lf_encode_oneturn(const lf_template *t, int cutoff, const lf_example *e, tn_ids *prompt, tn_ids *label);
+int lf_encode_oneturn(const lf_template *t, int cutoff, const lf_example *e, const int *img_tokens, tn_ids *prompt,
+                      tn_ids *label);
 
 /* Growable sample set under construction. */
 typedef struct {

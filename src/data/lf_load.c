@@ -44,8 +44,8 @@ static char *beside(const char *path, const char *name) {
     return p;
 }
 
-/* Datasets with an images column: what they need (the processor, with a vision template), what they exclude. */
-static int vision_setup(const lf_data_args *a, const lf_template *t, const lf_dsinfo *info, const lf_encode_opts *o,
+/* lf_internal.h */
+int lf_vision_setup(const lf_data_args *a, const lf_template *t, const lf_dsinfo *info, const lf_encode_opts *o,
                         tn_vl_proc *vl, int *any) {
     *any = 0;
     const char *name = NULL;
@@ -144,7 +144,7 @@ int lf_load(const lf_data_args *a, const tn_tokenizer *tok, lf_samples *train, l
     tn_vl_proc vl;
     memset(&vl, 0, sizeof vl);
     int any_images = 0;
-    if (vision_setup(a, &t, &info, &o, &vl, &any_images) != 0) {
+    if (lf_vision_setup(a, &t, &info, &o, &vl, &any_images) != 0) {
         lf_dsinfo_free(&info);
         lf_template_free(&t);
         return -1;

@@ -1,5 +1,6 @@
 /* lf_predict.c -- LLaMA-Factory's predict set (see lf_dataset.h lf_load_predict): eval_dataset's rows through
- * UnsupervisedDatasetProcessor, and the extra stop ids LF hands generate() in predict. */
+ * UnsupervisedDatasetProcessor (images prepared and their tags expanded as in training), and the extra stop ids LF
+ * hands generate() in predict. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,24 @@
 
 static void push_all(tn_ids *v, const tn_ids *x) {
     for (size_t i = 0; i < x->n; i++) tn_ids_push(v, x->ids[i]);
+}
+
+/* Example e's prompt and label, appended to p and l; with a processor its images are prepared (their <|image_pad|>
+ * counts expand its tags) and kept in ib, one entry per example. */
+static int encode_example(const lf_template *t, const tn_vl_proc *vl, int cutoff, const lf_example *e, tn_ids *p,
+                          tn_ids *l, lf_build *ib) {
+    int n_img = vl ? e->n_img : 0; /* without a processor lf_encode_oneturn refuses the images by name */
+    lf_img *img = tn_xcalloc((size_t)n_img + 1, sizeof *img);
+    int *tokens = tn_xcalloc((size_t)n_img + 1, sizeof *tokens);
+    int rc = n_img ? lf_images_prepare(vl, e, img, tokens) : 0, prepared = rc == 0;
+    if (rc == 0) rc = lf_encode_oneturn(t, cutoff, e, n_img ? tokens : NULL, p, l);
+    if (rc == 0 && ib->has_img) {
+        lf_build_add(ib, NULL, NULL, NULL, 0);
+        lf_build_add_images(ib, img, n_img);
+    }
+    if (prepared) lf_imgs_free(img, n_img);
+    free(img), free(tokens);
+    return rc;
 }
 
 int lf_load_predict(const lf_data_args *a, const tn_tokenizer *tok, lf_predict_set *out) {
@@ -23,7 +42,12 @@ int lf_load_predict(const lf_data_args *a, const tn_tokenizer *tok, lf_predict_s
         return -1;
     }
     lf_examples ex = {0};
-    int rc = 0;
+    lf_encode_opts o = {0};
+    tn_vl_proc vl;
+    memset(&vl, 0, sizeof vl);
+    lf_build ib = {0};
+    int rc = lf_vision_setup(a, &t, &info, &o, &vl, &ib.has_img);
+    ib.has_img = ib.has_img && t.def->vision; /* a text template refuses each example with images, as LF does */
     for (int d = 0; d < info.n && rc == 0; d++) {
         lf_file *files = NULL;
         int nf = 0;
@@ -44,13 +68,8 @@ int lf_load_predict(const lf_data_args *a, const tn_tokenizer *tok, lf_predict_s
                          e->bad ? e->bad : "the prompt must have an odd number of messages");
             continue;
         }
-        if (e->n_img > 0) { /* generation from images needs the model's image-aware prefill */
-            rc = tn_err("%s: dataset '%s': record %d has %d image(s): predicting from images is not supported yet",
-                        e->file ? e->file : "?", e->dsname, e->rec, e->n_img);
-            break;
-        }
         tn_ids p = {0}, l = {0};
-        rc = lf_encode_oneturn(&t, cutoff, e, &p, &l);
+        rc = encode_example(&t, ib.has_img ? &vl : NULL, cutoff, e, &p, &l, &ib);
         if (rc == 0) {
             push_all(&prompt, &p), push_all(&label, &l);
             out->n++;
@@ -63,6 +82,9 @@ int lf_load_predict(const lf_data_args *a, const tn_tokenizer *tok, lf_predict_s
     out->prompt = prompt.ids, out->label = label.ids;
     if (!out->prompt) out->prompt = tn_xcalloc(1, sizeof *out->prompt);
     if (!out->label) out->label = tn_xcalloc(1, sizeof *out->label);
+    int has_img = ib.has_img;
+    lf_build_finish(&ib, &out->images);
+    if (has_img) out->images.vl = vl;
     lf_examples_free(&ex);
     lf_dsinfo_free(&info);
     lf_template_free(&t);
@@ -72,6 +94,7 @@ int lf_load_predict(const lf_data_args *a, const tn_tokenizer *tok, lf_predict_s
 
 void lf_predict_set_free(lf_predict_set *s) {
     free(s->prompt_off), free(s->label_off), free(s->prompt), free(s->label);
+    lf_samples_free(&s->images);
     memset(s, 0, sizeof *s);
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "data/vl_processor.h"
 #include "infer/infer.h"
 #include "infer/nlg_metrics.h"
 #include "outputs/pyfmt.h"
@@ -59,6 +60,59 @@ static void finish_example(const tn_infer *s, const lf_predict_set *ps, int i, c
     free(prompt), free(pred), free(label);
 }
 
+/* The images of the example a slot runs, patchified for its prefill (tn_gen borrows mm until then). */
+typedef struct {
+    float *pix;
+    size_t cap;
+    int32_t *grid, *row;
+    int64_t n_cap;
+    tn_mm_batch mm;
+} slot_images;
+
+/* Example i's images (prepared as training prepares them) patchified into si; NULL when it has none. */
+static const tn_mm_batch *example_images(const lf_samples *im, int i, slot_images *si) {
+    int64_t k0 = im->img_off ? im->img_off[i] : 0, n = im->img_off ? im->img_off[i + 1] - k0 : 0;
+    if (n == 0) return NULL;
+    if (n > si->n_cap) {
+        si->n_cap = n;
+        si->grid = tn_xrealloc(si->grid, (size_t)n * 3 * sizeof *si->grid);
+        si->row = tn_xrealloc(si->row, (size_t)n * sizeof *si->row);
+    }
+    const tn_vl_proc *p = &im->vl;
+    size_t dim = (size_t)tn_vl_patch_dim(p), rows = 0;
+    for (int64_t k = k0; k < k0 + n; k++)
+        rows += (size_t)(im->img_hw[2 * k] / p->patch_size) * (size_t)(im->img_hw[2 * k + 1] / p->patch_size);
+    if (rows * dim > si->cap) si->cap = rows * dim, si->pix = tn_xrealloc(si->pix, si->cap * sizeof *si->pix);
+    rows = 0;
+    for (int64_t k = k0; k < k0 + n; k++) {
+        int h = im->img_hw[2 * k], w = im->img_hw[2 * k + 1], j = (int)(k - k0);
+        si->grid[3 * j] = 1, si->grid[3 * j + 1] = h / p->patch_size, si->grid[3 * j + 2] = w / p->patch_size;
+        si->row[j] = 0;
+        tn_vl_patchify(p, im->pix + im->pix_off[k], h, w, si->pix + rows * dim);
+        rows += (size_t)(h / p->patch_size) * (w / p->patch_size);
+    }
+    si->mm = (tn_mm_batch){.n_images = (int)n, .grid_thw = si->grid, .row = si->row, .pixel_values = si->pix,
+                           .patch_dim = (int)dim};
+    return &si->mm;
+}
+
+/* Starts example i in slot k: its prompt (a text prompt longer than the context keeps its end; one with images, whose
+ * runs cannot be cut, is refused), its images, its seed. */
+static int start_example(const tn_infer *s, const tn_train_config *cfg, const lf_predict_set *ps, int i, tn_gen *g,
+                         int k, slot_images *si, const int32_t *stop, int n_stop) {
+    int ctx = tn_gen_ctx(g);
+    int64_t n = ps->prompt_off[i + 1] - ps->prompt_off[i];
+    if (n < 1) return tn_err("eval_dataset: example %d has an empty prompt", i);
+    const tn_mm_batch *mm = example_images(&ps->images, i, si);
+    if (mm && n > ctx - 1)
+        return tn_err("eval_dataset: example %d: its prompt of %lld tokens holds images and does not fit the model's %d "
+                      "positions (an image's tokens cannot be cut: lower image_max_pixels)", i, (long long)n, ctx);
+    if (n > ctx - 1) n = ctx - 1; /* cutoff_len beyond the model's positions: the prompt's end is kept */
+    tn_sampling sp = tn_infer_sampling(s, (uint64_t)cfg->seed + (uint64_t)i);
+    int rc = tn_gen_set_images(g, k, mm);
+    return rc ? rc : tn_gen_start(g, k, ps->prompt + ps->prompt_off[i + 1] - n, (int)n, &sp, stop, n_stop);
+}
+
 /* Generates examples [lo, hi) with B sequences at a time; results[i - lo]. */
 static int generate_slice(const tn_infer *s, const tn_train_config *cfg, const lf_predict_set *ps, int lo, int hi,
                           const int32_t *stop, int n_stop, result *results, int lead, int total) {
@@ -73,20 +127,14 @@ static int generate_slice(const tn_infer *s, const tn_train_config *cfg, const l
     if (!g) return -1;
     int *example = tn_xmalloc((size_t)B * sizeof *example), next = lo, done = 0, rc = 0;
     tn_gen_event *ev = tn_xcalloc((size_t)B, sizeof *ev);
+    slot_images *si = tn_xcalloc((size_t)B, sizeof *si);
     double t_report = tn_now();
     long tokens = 0;
     for (int k = 0; k < B; k++) example[k] = -1;
     while (rc == 0 && done < hi - lo) {
         for (int k = 0; k < B && next < hi && rc == 0; k++) { /* keep every sequence busy */
             if (example[k] >= 0) continue;
-            tn_sampling sp = tn_infer_sampling(s, (uint64_t)cfg->seed + (uint64_t)next);
-            int64_t n = ps->prompt_off[next + 1] - ps->prompt_off[next];
-            if (n < 1) {
-                rc = tn_err("eval_dataset: example %d has an empty prompt", next);
-                break;
-            }
-            if (n > ctx - 1) n = ctx - 1; /* cutoff_len beyond the model's positions: the prompt's end is kept */
-            rc = tn_gen_start(g, k, ps->prompt + ps->prompt_off[next + 1] - n, (int)n, &sp, stop, n_stop);
+            rc = start_example(s, cfg, ps, next, g, k, &si[k], stop, n_stop);
             example[k] = next++;
         }
         int got = rc == 0 ? tn_gen_step(g, ev) : 0;
@@ -107,7 +155,8 @@ static int generate_slice(const tn_infer *s, const tn_train_config *cfg, const l
             t_report = tn_now(), tokens = 0;
         }
     }
-    free(example), free(ev);
+    for (int k = 0; k < B; k++) free(si[k].pix), free(si[k].grid), free(si[k].row);
+    free(example), free(ev), free(si);
     tn_gen_free(g);
     return rc;
 }
@@ -242,9 +291,14 @@ int tn_predict(const tn_train_config *cfg, tn_comm *comm) {
         lf_data_args a = {.dataset = cfg->eval_dataset, .dataset_dir = cfg->dataset_dir, .template_name = cfg->template_name,
                           .cutoff_len = cfg->cutoff_len, .max_samples = cfg->max_samples, .tokenizer_path = s.tok_path,
                           .enable_thinking = cfg->enable_thinking ? 1 : -1,
-                          .media_dir = cfg->media_dir[0] ? cfg->media_dir : NULL};
+                          .media_dir = cfg->media_dir[0] ? cfg->media_dir : NULL,
+                          .image_max_pixels = cfg->image_max_pixels, .image_min_pixels = cfg->image_min_pixels};
         rc = lf_load_predict(&a, s.tok, &ps);
         if (rc != 0) tn_err("%s: key 'eval_dataset': %s", cfg->source_path, tn_errmsg());
+        else if (lf_samples_images(&ps.images) > 0 && s.m->cfg.vis.kind == TN_VL_NONE) /* before any generation */
+            rc = tn_err("%s: key 'eval_dataset': %s has %lld image(s); model_type %s takes no images (a vision-language "
+                        "model_type is needed)", cfg->source_path, cfg->eval_dataset,
+                        (long long)lf_samples_images(&ps.images), s.m->cfg.model_type);
     }
     if ((rc = agree(comm, rc)) != 0) {
         tn_infer_close(&s);

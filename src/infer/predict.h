@@ -14,7 +14,12 @@
  * decimals) use HF's steps = ceil(n / (per_device_eval_batch_size x ranks)).
  *
  * Under `tandem launch -n N` rank r takes a contiguous slice of the examples (per_device_eval_batch_size sequences
- * decoded together), and rank 0 gathers the slices in rank order and writes the files. */
+ * decoded together), and rank 0 gathers the slices in rank order and writes the files.
+ *
+ * Images (a VL model, a vision template): an example's images are prepared as training prepares them and its
+ * <image> tags expanded (lf_load_predict), patchified when a slot starts it and prefilled with its prompt
+ * (tn_gen_set_images), examples with and without images batched together. Its prompt line holds the expanded runs,
+ * as LF's batch_decode of the processed input_ids does. A text model given images is one line before generating. */
 #ifndef TN_PREDICT_H
 #define TN_PREDICT_H
 

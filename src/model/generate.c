@@ -95,9 +95,16 @@ int tn_gen_start(tn_gen *g, int slot, const int32_t *prompt, int n, const tn_sam
     slot_state *st = &g->slot[slot];
     /* keep the cached tokens that begin this prompt; at least the last prompt token is computed (its logits).
      * With images nothing is kept (cached <|image_pad|> rows may hold another image's features). */
-    int cached = st->mm ? 0 : tn_kv_len(g->kv, slot), same = 0;
+    int cached = st->mm ? 0 : tn_kv_len(g->kv, slot), same = 0, vl = g->m->cfg.vis.kind != TN_VL_NONE;
     while (same < cached && same < n - 1 && st->ids[same] == prompt[same]) same++;
-    for (int i = same; g->m->cfg.vis.kind != TN_VL_NONE && !st->mm && i < n; i++)
+    /* M-RoPE: a cached image shifts the positions of every later token (kv_forward.h: the slot's delta), so a cut
+     * before one would leave that shift on the new tokens: then nothing is kept */
+    for (int i = same; vl && i < cached; i++)
+        if (st->ids[i] == g->m->cfg.vis.image_token_id) {
+            same = 0;
+            break;
+        }
+    for (int i = same; vl && !st->mm && i < n; i++)
         if (prompt[i] == g->m->cfg.vis.image_token_id)
             return tn_err("generation: the prompt has <|image_pad|> tokens that are not cached, and no images were given");
     tn_kv_truncate(g->kv, slot, same);

@@ -35,7 +35,8 @@ int tn_gen_start(tn_gen *g, int slot, const int32_t *prompt, int n, const tn_sam
                  int n_stop);
 /* Images for the next tn_gen_start of slot (a VL model; mm->row ignored: every image belongs to that prompt, in the
  * order of its <|image_pad|> runs), borrowed until that prompt is prefilled by tn_gen_step. A start with images
- * reuses no cached tokens; one without refuses a prompt whose uncached part holds <|image_pad|> tokens. */
+ * reuses no cached tokens, nor does one whose kept prefix would end before a cached image (its position shift would
+ * stay); one without images refuses a prompt whose uncached part holds <|image_pad|> tokens. */
 int tn_gen_set_images(tn_gen *g, int slot, const tn_mm_batch *mm);
 /* One step: one event per running slot into out[] (room for tn_gen_slots); their number (0: nothing runs), or -1 +
  * tn_err. */

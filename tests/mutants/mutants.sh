@@ -2,9 +2,9 @@
 # mutants.sh -- shows that the tests can fail: plants one known bug at a time in a copy of the source, rebuilds
 # the test that should catch it there (the parity test unless a mutant names another; image mutants rebuild
 # test_parity_vl_data, which reads ../shared/ref's vision-language fixtures: skipped without ../shared, a failure
-# with CI=true) and requires it to fail. The product code is never touched: each mutant is a
-# literal text replacement in the copy (the script fails if the text is no longer found, so a refactor cannot
-# silently turn a mutant into a no-op).
+# with CI=true; a mutant naming tests/cli/NAME.sh runs that script on the copy's tandem binary) and requires it to
+# fail. The product code is never touched: each mutant is a literal text replacement in the copy (the script fails
+# if the text is no longer found, so a refactor cannot silently turn a mutant into a no-op).
 # Usage: [MUTANTS_ONLY="GLOB ..."] tests/mutants/mutants.sh [SOURCE_DIR]   (default: the checkout this script is in)
 set -eu
 SRC=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
@@ -12,7 +12,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/tandem-mutants.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT INT TERM
 mkdir -p "$WORK/src"
 # only what building the parity test needs
-(cd "$SRC" && tar cf - --exclude=node_modules CMakeLists.txt cmake src tests) | (cd "$WORK/src" && tar xf -)
+(cd "$SRC" && tar cf - --exclude=node_modules CMakeLists.txt cmake src tests examples) | (cd "$WORK/src" && tar xf -)
 cmake -S "$WORK/src" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=OFF >"$WORK/cmake.log" 2>&1 ||
   { cat "$WORK/cmake.log"; echo "mutants: cmake failed"; exit 1; }
 
@@ -20,12 +20,25 @@ TEST=test_parity_fixtures # the test a mutant without its own must make fail
 SHARED=$(cd "$SRC/.." && pwd)/shared
 build_and_run() { # [TEST] -> exit status of the test (default $TEST); its output in $WORK/run.log
   t=${1:-$TEST}
+  case $t in *.sh) run_cli "$t"; return ;; esac
   cmake --build "$WORK/build" -j "$(nproc)" --target "$t" >"$WORK/build.log" 2>&1 ||
     { tail -20 "$WORK/build.log"; echo "mutants: build failed"; exit 1; }
   set +e
   TANDEM_TESTS_DIR="$WORK/src/tests" TANDEM_SHARED_DIR="$SHARED" OMP_NUM_THREADS=2 "$WORK/build/tests/$t" >"$WORK/run.log" 2>&1
   rc=$?
   set -e
+  return $rc
+}
+
+run_cli() { # a command-line test (tests/cli/NAME.sh) on this copy's tandem binary, as ctest runs it
+  cmake --build "$WORK/build" -j "$(nproc)" --target tandem >"$WORK/build.log" 2>&1 ||
+    { tail -20 "$WORK/build.log"; echo "mutants: build failed"; exit 1; }
+  set +e
+  TANDEM_TESTS_DIR="$WORK/src/tests" TANDEM_SHARED_DIR="$SHARED" TANDEM_BIN="$WORK/build/tandem" TANDEM_DEVICE=cpu \
+    OMP_NUM_THREADS=2 sh "$WORK/src/tests/cli/$1" >"$WORK/run.raw" 2>&1
+  rc=$?
+  set -e
+  sed 's/^FAIL: /check failed: /' "$WORK/run.raw" >"$WORK/run.log" # the lines mutant() quotes
   return $rc
 }
 
@@ -364,6 +377,26 @@ elif build_and_run; then
   mutant qwen3-pos-embed-interpolation-axes-swapped model/vision_merge.c \
     'wt[0] = (1 - dh) * (1 - dw), wt[1] = (1 - dh) * dw, wt[2] = dh * (1 - dw), wt[3] = dh * dw;' \
     'wt[0] = (1 - dh) * (1 - dw), wt[1] = dh * (1 - dw), wt[2] = (1 - dh) * dw, wt[3] = dh * dw;'
+else
+  tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $TEST"; exit 1
+fi
+
+# predict with images (tests/cli/test_vl_predict.sh: LLaMA-Factory's mllm_demo and the tokenizers in ../shared/data)
+TEST=test_vl_predict.sh
+if [ ! -f "$SHARED/data/llamafactory/mllm_demo.json" ]; then
+  echo "skip predict-with-images mutants: $SHARED/data/llamafactory is absent"
+  [ "${CI:-}" != true ] || { echo "mutants: ../shared is absent and CI=true"; exit 1; }
+elif build_and_run; then
+  echo "ok   unmutated source passes $TEST"
+  mutant predict-images-of-example-i-given-to-i-plus-1 infer/predict.c \
+    'example_images(&ps->images, i, si)' 'example_images(&ps->images, i > 0 ? i - 1 : 0, si)'
+  mutant predict-image-tags-not-expanded data/lf_encode.c \
+    'if (expand_images(t, e, img_tokens, msg, n, expanded) != 0) rc = -1; /* LF' 'if (0) rc = -1; /* LF'
+  mutant predict-slots-share-one-image-buffer infer/predict.c \
+    'start_example(s, cfg, ps, next, g, k, &si[k], stop, n_stop)' 'start_example(s, cfg, ps, next, g, k, &si[0], stop, n_stop)'
+  mutant generate-cut-before-a-cached-image-keeps-its-shift model/generate.c \
+    '            same = 0;
+            break;' '            break;'
 else
   tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $TEST"; exit 1
 fi
