@@ -8,6 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/core.h"
+#include "model/model.h"
+
 int tl_checks, tl_failures;
 
 int tl_check(int ok, const char *what, const char *file, int line) {
@@ -86,4 +89,16 @@ double tl_rel_l2(const float *a, const double *b, int64_t n) {
         den += b[i] * b[i];
     }
     return sqrt(num) / fmax(sqrt(den), 1e-300);
+}
+
+struct tn_model *tl_tiny_qwen2(void) {
+    tn_model_config c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.model_type, sizeof c.model_type, "qwen2");
+    c.vocab_size = 301, c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 2;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 4, c.max_position_embeddings = 64;
+    c.rope_theta = 10000.0, c.rms_norm_eps = 1e-6, c.initializer_range = 0.02, c.tie_word_embeddings = 1;
+    c.bos_token_id = c.eos_token_id = -1;
+    if (!CHECKF(tn_model_config_finish(&c, "test") == 0, "%s", tn_errmsg())) exit(1);
+    return tn_model_create(&c, NULL, tn_backend_cpu());
 }

@@ -28,4 +28,8 @@ const char *tl_tmpdir(void);
 /* Relative L2 error ||a - b|| / max(||b||, tiny), a in fp32 against b in fp64. */
 double tl_rel_l2(const float *a, const double *b, int64_t n);
 
+/* A 2-layer qwen2 with tied embeddings (vocab 301, hidden 16, 4 heads / 2 KV heads), CPU backend, random weights:
+ * the model the optimizer and sharding tests cut into groups. Exits the test when it cannot be made. */
+struct tn_model *tl_tiny_qwen2(void);
+
 #endif

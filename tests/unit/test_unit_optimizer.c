@@ -15,18 +15,6 @@
 static tn_rng rng;
 static double urand(double lo, double hi) { return lo + (hi - lo) * tn_rng_uniform(&rng); }
 
-static tn_model *make_model(void) {
-    tn_model_config c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.model_type, sizeof c.model_type, "qwen2");
-    c.vocab_size = 301, c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 2;
-    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 4, c.max_position_embeddings = 64;
-    c.rope_theta = 10000.0, c.rms_norm_eps = 1e-6, c.initializer_range = 0.02, c.tie_word_embeddings = 1;
-    c.bos_token_id = c.eos_token_id = -1;
-    if (!CHECKF(tn_model_config_finish(&c, "test") == 0, "%s", tn_errmsg())) exit(1);
-    return tn_model_create(&c, NULL, tn_backend_cpu());
-}
-
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
     return n >= k && strcmp(s + n - k, suffix) == 0;
@@ -252,7 +240,7 @@ static void test_primitives(void) {
 
 int main(void) {
     tn_rng_seed(&rng, 99);
-    tn_model *m = make_model();
+    tn_model *m = tl_tiny_qwen2();
     test_clip(m);
     test_adamw(m);
     tn_model_free(m);

@@ -21,18 +21,6 @@
 
 #define CAP 700 /* floats: the model's groups (1-5 thousand) are cut into several units */
 
-static tn_model *make_model(void) {
-    tn_model_config c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.model_type, sizeof c.model_type, "qwen2");
-    c.vocab_size = 301, c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 2;
-    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 4, c.max_position_embeddings = 64;
-    c.rope_theta = 10000.0, c.rms_norm_eps = 1e-6, c.initializer_range = 0.02, c.tie_word_embeddings = 1;
-    c.bos_token_id = c.eos_token_id = -1;
-    if (!CHECKF(tn_model_config_finish(&c, "test") == 0, "%s", tn_errmsg())) exit(1);
-    return tn_model_create(&c, NULL, tn_backend_cpu());
-}
-
 static tn_span *spans_of(const tn_shard_layout *l, int s, int *k) {
     *k = tn_shard_layout_spans(l, s, NULL);
     tn_span *sp = tn_xmalloc(((size_t)*k + 1) * sizeof *sp);
@@ -173,7 +161,7 @@ static void test_checkpoint(const tn_model *m, int N, int bal_w, int M, int bal_
 }
 
 int main(void) {
-    tn_model *m = make_model();
+    tn_model *m = tl_tiny_qwen2();
     CHECKF(m->n_trainable > 4 * CAP, "model too small: %zu trainable floats", m->n_trainable);
     for (int N = 1; N <= 4; N++) test_layout(m, N, 1), test_layout(m, N, 0);
     for (int N = 1; N <= 3; N++) test_adamw(m, N);
