@@ -22,10 +22,10 @@ Usage (root, for the namespaces):
   bench/ttq.sh explore  --kind ft|lora --recipe NAME:MACHINES:key=v,key=v ... [--netns]
   bench/ttq.sh steptime --kind ft|lora --recipe ... [--steps 200]
   bench/ttq.sh table    --kind ft|lora [--target LOSS] [--ref NAME]
-  bench/ttq.sh headline --kind ft|lora --recipe ... [--png docs/ttq_ft.png]
+  bench/ttq.sh headline --recipe [ft/|lora/]NAME:... ... [--png docs/ttq]   (writes docs/ttq_ft.png, _lora.png)
 Every run appends one JSON row (its eval curve, step time, bytes) to WORK/results.jsonl.
 """
-import argparse, json, os, shutil, subprocess, sys, time
+import argparse, json, os, re, shutil, subprocess, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -40,7 +40,7 @@ PIN = ["sh", "-c", 'exec taskset -c "$OMPI_COMM_WORLD_RANK" "$0" "$@"']
 # two ranks on this host, each its own "machine" for the comm layer (DiLoCo's rounds, compression between nodes)
 FAKE = ["mpirun", "-n", "2", "--bind-to", "core", "--map-by", "core", "-x", "OMP_NUM_THREADS", "--mca", "btl",
         "self,vader,tcp", "sh", "-c", 'TANDEM_NODE_NAME=ttq-m$OMPI_COMM_WORLD_RANK exec "$0" "$@"']
-BLOCK = 256  # cutoff_len of the pt part: every packed sample is this many tokens
+BLOCK = 255  # the pt part's packed samples: cutoff_len 256 blocks train on 255 tokens each (the log says so)
 
 PT_YAML = """model_name_or_path: {model}
 stage: pt
@@ -117,10 +117,14 @@ def setup(a):
     bench_dp.run([BIN, "train", p["pt"], "max_steps=1", "eval_strategy=no", f"output_dir={p['runs']}/tok-pt"])
 
 
-def parse_recipe(s):
-    """NAME:MACHINES:key=v,key=v -> (name, machines, [key=v])"""
+def parse_recipe(s, kind):
+    """[KIND/]NAME:MACHINES:key=v,key=v -> (name, machines, [key=v], kind): KIND ft or lora, default --kind"""
     name, machines, keys = (s.split(":", 2) + [""])[:3]
-    return name, int(machines), [k for k in keys.split(",") if k]
+    if "/" in name:
+        kind, name = name.split("/", 1)
+    if kind not in ("ft", "lora"):
+        sys.exit(f"ttq: recipe '{s}': kind must be ft or lora")
+    return name, int(machines), [k for k in keys.split(",") if k], kind
 
 
 def command(a, machines, yaml, out, keys, core=0, netns=False):
@@ -148,6 +152,10 @@ def curve(out, tokens_per_step):
             continue
         pts.append((step, step * tokens_per_step, t - spent, loss))
         spent += rt
+    last = max(times)
+    final = os.path.join(out, "eval_results.json")  # the evaluation after the last step (not in log_history)
+    if os.path.exists(final) and (not pts or pts[-1][0] != last):
+        pts.append((last, last * tokens_per_step, times[last] - spent, json.load(open(final))["eval_loss"]))
     return pts, times, spent
 
 
@@ -164,9 +172,9 @@ def finish(a, name, kind, machines, keys, out, text, wall, netns):
     steps = max(times)
     # step time: whole run from step 1, evaluation excluded (DiLoCo: whole rounds, so their ends are counted)
     ms = 1e3 * (times[steps] - times[min(times)] - spent) / max(1, steps - min(times))
-    sent = [l for l in text.splitlines() if "MB per step sent" in l]
+    sent = re.findall(r"([0-9.]+) MB per step sent", text)
     row = dict(name=name, kind=kind, machines=machines, keys=keys, netns=netns, samples=samples, steps=steps,
-               curve=pts, ms_step=ms, wall_s=wall, load=load(), sent=sent[-1] if sent else "",
+               curve=pts, ms_step=ms, wall_s=wall, load=load(), sent=float(sent[-1]) if sent else 0.0,
                final=pts[-1][3] if pts else None, when=time.strftime("%Y-%m-%d %H:%M:%S"),
                rev=subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
                                   text=True).stdout.strip())
@@ -176,8 +184,8 @@ def finish(a, name, kind, machines, keys, out, text, wall, netns):
     return row
 
 
-def launch(a, kind, recipe, core, netns, extra=()):
-    name, machines, keys = recipe
+def launch(a, recipe, core, netns, extra=()):
+    name, machines, keys, kind = recipe
     p = paths(a)
     out = os.path.join(p["runs"], kind + "-" + name + ("-netns" if netns else ""))
     if os.path.exists(out):
@@ -189,16 +197,17 @@ def launch(a, kind, recipe, core, netns, extra=()):
     log("  $ " + " ".join(cmd))
     fh = open(out + ".log", "w")
     proc = subprocess.Popen(cmd, env=ENV, stdout=fh, stderr=subprocess.STDOUT, text=True)
-    return dict(proc=proc, fh=fh, out=out, name=name, machines=machines, keys=keys, t0=time.time(), netns=netns)
+    return dict(proc=proc, fh=fh, out=out, name=name, machines=machines, keys=keys, t0=time.time(), netns=netns,
+                kind=kind)
 
 
-def wait(a, kind, job):
+def wait(a, job):
     rc = job["proc"].wait()
     job["fh"].close()
     text = open(job["out"] + ".log").read()
     if rc:
         sys.exit(f"ttq: run {job['name']} failed ({rc}):\n{text[-3000:]}")
-    return finish(a, job["name"], kind, job["machines"], job["keys"], job["out"], text, time.time() - job["t0"],
+    return finish(a, job["name"], job["kind"], job["machines"], job["keys"], job["out"], text, time.time() - job["t0"],
                   job["netns"])
 
 
@@ -206,11 +215,11 @@ def run_all(a, recipes, netns, extra=()):
     """One-machine recipes two at a time (one per core), two-machine recipes alone."""
     rows, ones = [], [r for r in recipes if r[1] == 1]
     for i in range(0, len(ones), 2):
-        jobs = [launch(a, a.kind, r, core, netns, extra) for core, r in enumerate(ones[i:i + 2])]
-        rows += [wait(a, a.kind, j) for j in jobs]
+        jobs = [launch(a, r, core, netns, extra) for core, r in enumerate(ones[i:i + 2])]
+        rows += [wait(a, j) for j in jobs]
     for r in recipes:
         if r[1] == 2:
-            rows.append(wait(a, a.kind, launch(a, a.kind, r, 0, netns, extra)))
+            rows.append(wait(a, launch(a, r, 0, netns, extra)))
     return rows
 
 
@@ -241,11 +250,11 @@ def reach(pts, target):
     return None, None
 
 
-def results(a):
+def results(a, kind=None):
     rows = [json.loads(l) for l in open(paths(a)["results"])] if os.path.exists(paths(a)["results"]) else []
     last = {}
     for r in rows:  # the newest run of each name and setting
-        if r["kind"] == a.kind:
+        if r["kind"] == (kind or a.kind):
             last[(r["name"], r["netns"])] = r
     return last
 
@@ -275,13 +284,13 @@ def table(a):
               f"{f(tref / t if t and tref else None, '.2f')}x |")
 
 
-def plot(a, names, target, path):
+def plot(a, kind, names, target, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    last = results(a)
+    last = results(a, kind)
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
-    unit = BLOCK if a.kind == "ft" else 1
+    unit = BLOCK if kind == "ft" else 1
     for n in names:
         r = last[(n, True)]
         pts = [p for p in r["curve"] if p[0] > 0]
@@ -294,8 +303,9 @@ def plot(a, names, target, path):
         x.axhline(target, color="grey", lw=0.6, ls="--")
         x.grid(alpha=0.3)
         x.legend(fontsize=8)
-    ax[0].set_title(f"{a.kind}: eval loss against tokens")
-    ax[1].set_title(f"{a.kind}: eval loss against time, 2 machines over 100 Mbit/s")
+    what = "full training (stage pt)" if kind == "ft" else "LoRA SFT"
+    ax[0].set_title(f"{what}: eval loss against tokens")
+    ax[1].set_title(f"{what}: eval loss against time (2 machines: 100 Mbit/s)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     log(f"wrote {path}")
@@ -304,18 +314,24 @@ def plot(a, names, target, path):
 def headline(a, recipes):
     """Real wall-clock runs over the shaped link; one-machine runs two at a time (one per core)."""
     rows = with_netns(lambda: run_all(a, recipes, True))
-    if a.png:
-        ref = next(r for r in rows if r["machines"] == 1)
-        plot(a, [r["name"] for r in rows], a.target or ref["final"], a.png)
-    print("\n| run | machines | keys | steps | final eval | ms/step | time to target s | speed-up | load |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    ref = next(r for r in rows if r["machines"] == 1)
-    target = a.target or ref["final"]
-    _, tref = reach(ref["curve"], target)
-    for r in rows:
-        _, t = reach(r["curve"], target)
-        print(f"| {r['name']} | {r['machines']} | {' '.join(r['keys'])} | {r['steps']} | {r['final']:.4f} | "
-              f"{r['ms_step']:.1f} | {t if t is None else round(t)} | {tref / t if t else 0:.2f}x | {r['load']:.1f} |")
+    for kind in ("ft", "lora"):
+        mine = [r for r in rows if r["kind"] == kind]
+        if not mine:
+            continue
+        ref = next(r for r in mine if r["machines"] == 1)
+        target = (a.target if kind == "ft" else a.target_lora) or ref["final"]
+        if a.png:
+            plot(a, kind, [r["name"] for r in mine], target, f"{a.png}_{kind}.png")
+        _, tref = reach(ref["curve"], target)
+        print(f"\n{kind}: target eval loss {target:.4f} (reference: {ref['name']})\n")
+        print("| run | machines | keys | steps | final eval | ms/step | MB sent per step | time to target s | "
+              "speed-up | load |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for r in mine:
+            _, t = reach(r["curve"], target)
+            print(f"| {r['name']} | {r['machines']} | {' '.join(r['keys'])} | {r['steps']} | {r['final']:.4f} | "
+                  f"{r['ms_step']:.1f} | {r['sent']} | {'-' if t is None else round(t)} | "
+                  f"{tref / t if t else 0:.2f}x | {r['load']:.1f} |")
 
 
 ARGS = None
@@ -331,11 +347,12 @@ def main():
     ap.add_argument("--netns", action="store_true", help="explore over the shaped link instead of on this host")
     ap.add_argument("--steps", type=int, default=200, help="steptime: steps of each short run")
     ap.add_argument("--target", type=float, default=0)
+    ap.add_argument("--target-lora", type=float, default=0)
     ap.add_argument("--ref", default="")
     ap.add_argument("--png", default="")
     a = ARGS = ap.parse_args()
     ENV["TANDEM_CACHE_DIR"] = os.path.join(a.work, "cache")
-    recipes = [parse_recipe(r) for r in a.recipe]
+    recipes = [parse_recipe(r, a.kind) for r in a.recipe]
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     log(f"ttq {a.part}: CPU {cpu}, load {load():.1f}, {time.strftime('%Y-%m-%d %H:%M:%S')}")
     if a.part == "setup":
