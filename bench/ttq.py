@@ -75,7 +75,7 @@ cutoff_len: 128
 val_size: 256
 eval_strategy: steps
 per_device_eval_batch_size: 64
-per_device_train_batch_size: 16
+per_device_train_batch_size: 8
 learning_rate: 2.0e-3
 lr_scheduler_type: cosine
 warmup_steps: 50
@@ -250,6 +250,18 @@ def reach(pts, target):
     return None, None
 
 
+def loss_at(pts, sec):
+    """The eval loss of a curve at training time sec (linear between evaluations; None past its end)."""
+    prev = None
+    for p in pts:
+        if p[2] >= sec:
+            if prev is None:
+                return p[3]
+            return prev[3] + (p[3] - prev[3]) * (sec - prev[2]) / (p[2] - prev[2])
+        prev = p
+    return None
+
+
 def results(a, kind=None):
     rows = [json.loads(l) for l in open(paths(a)["results"])] if os.path.exists(paths(a)["results"]) else []
     last = {}
@@ -340,20 +352,21 @@ def headline(a, recipes):
         mine = [r for r in rows if r["kind"] == kind]
         if not mine:
             continue
-        ref = next(r for r in mine if r["machines"] == 1)
+        ref = min((r for r in mine if r["machines"] == 1), key=lambda r: r["final"])  # the best one-machine recipe
         target = (a.target if kind == "ft" else a.target_lora) or ref["final"]
         if a.png:
             plot(a, kind, [r["name"] for r in mine], target, f"{a.png}_{kind}.png")
         _, tref = reach(ref["curve"], target)
         print(f"\n{kind}: target eval loss {target:.4f} (reference: {ref['name']})\n")
-        print("| run | machines | keys | steps | final eval | ms/step | MB sent per step | time to target s | "
-              "speed-up | load |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("| run | machines | keys | steps x samples | final eval | reference's eval at this run's last "
+              "second | ms/step | MB sent per step | time to target s | speed-up | load |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in mine:
             _, t = reach(r["curve"], target)
-            print(f"| {r['name']} | {r['machines']} | {' '.join(r['keys'])} | {r['steps']} | {r['final']:.4f} | "
-                  f"{r['ms_step']:.1f} | {r['sent']} | {'-' if t is None else round(t)} | "
-                  f"{tref / t if t else 0:.2f}x | {r['load']:.1f} |")
+            at = loss_at(ref["curve"], r["curve"][-1][2])
+            print(f"| {r['name']} | {r['machines']} | {' '.join(r['keys'])} | {r['steps']} x {r['samples']} | "
+                  f"{r['final']:.4f} | {'-' if at is None else format(at, '.4f')} | {r['ms_step']:.1f} | {r['sent']} | "
+                  f"{'-' if t is None else round(t)} | {tref / t if t else 0:.2f}x | {r['load']:.1f} |")
 
 
 ARGS = None
