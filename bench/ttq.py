@@ -304,7 +304,7 @@ def table(a):
     tref = None
     if ref:
         s, _ = reach(ref["curve"], target)
-        tref = s * step_ms.get(a.ref, ref["ms_step"]) / 1e3 if s else None
+        tref = s * step_ms[a.ref] / 1e3 if s and a.ref in step_ms else None
     for (name, _), r in sorted(loss.items(), key=lambda kv: kv[1]["when"]):
         if name.startswith(("test", "tok")):  # the harness's own checks
             continue
