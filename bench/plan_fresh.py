@@ -33,7 +33,10 @@ SETUPS = {
     "netns": ("tiny", 2, 1, list(FLAGS)),
     "netns4": ("tiny", 4, 1, list(FLAGS)),
 }
-PIN = ["sh", "-c", 'exec taskset -c "$((OMPI_COMM_WORLD_RANK % $(nproc)))" "$0" "$@"']  # a core per rank, as a machine's own
+# a core per rank, as a machine's own (rank mod cores: two per core for netns4). Not `nproc` in the rank's shell:
+# it prints OMP_NUM_THREADS (1 here), which put every rank on core 0 in the runs of 2026-11-28 (pin-rank.sh).
+PIN = [os.path.join(os.path.dirname(HERE), "scripts", "pin-rank.sh")]
+CORES = sorted(os.sched_getaffinity(0))
 
 
 def steps_for(preset, strategy):
@@ -44,7 +47,7 @@ def steps_for(preset, strategy):
 
 def one_rank_shared(preset, ranks, steps):
     """`ranks` independent one-rank runs at once, one per core (wrapping when there are more ranks than cores)."""
-    cmd = lambda i: ["taskset", "-c", str(i % os.cpu_count()), BIN, "bench", "train", "--preset", preset,
+    cmd = lambda i: ["taskset", "-c", str(CORES[i % len(CORES)]), BIN, "bench", "train", "--preset", preset,
                      "--steps", str(steps)]
     print("  $ " + " & ".join(" ".join(cmd(i)) for i in range(ranks)), file=sys.stderr, flush=True)
     ps = [subprocess.Popen(cmd(i), env=ENV, stdout=subprocess.PIPE, text=True) for i in range(ranks)]
@@ -52,6 +55,20 @@ def one_rank_shared(preset, ranks, steps):
     if any(p.returncode for p in ps):
         sys.exit(f"plan_fresh: a one-rank run failed: {outs}")
     return statistics.mean(tandem_json(o)["ms_mean"] for o in outs) / 1e3
+
+
+def check_pinning(machines, ranks):
+    """Every rank on the core pin-rank.sh promises (rank mod this process's cores), read back from the ranks."""
+    n = machines * ranks
+    show = ["sh", "-c", 'echo "pinned $OMPI_COMM_WORLD_RANK $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"']
+    if machines > 1:
+        out = run([KIT, "mpirun", "-n", str(n), "--map-by", "node", *PIN, *show])
+    else:
+        out = run(["mpirun", "-n", str(n), "--bind-to", "none", *PIN, *show])
+    got = {int(f[1]): f[2] for f in (l.split() for l in out.splitlines() if l.startswith("pinned "))}
+    want = {r: str(CORES[r % len(CORES)]) for r in range(n)}
+    if got != want:
+        sys.exit(f"plan_fresh: ranks are not pinned as intended: got rank -> cores {got}, expected {want}")
 
 
 def multi_rank(setup, preset, machines, ranks, strategy):
@@ -74,6 +91,7 @@ def measure(setup, rounds):
         run([KIT, "up", "--machines", str(machines), *SHAPE])
     try:
         if machines > 1:
+            check_pinning(machines, ranks)
             link = bench_dp.iperf_rate(bidir=True) * 1e6
         t1s, got = [], {s: [] for s in strategies}
         for _ in range(rounds):
