@@ -166,15 +166,24 @@ static double memory(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_str
     return state + j->frozen_bytes + j->act_bytes;
 }
 
+static void predict_one(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_strategy s, tn_plan_row *r) {
+    memset(r, 0, sizeof *r);
+    r->strategy = s;
+    if (s <= TN_PLAN_DDP_INT8) predict_ddp(job, c, r);
+    else if (s <= TN_PLAN_ZERO3) predict_zero(job, c, r, s - TN_PLAN_ZERO1 + 1);
+    else predict_diloco(job, c, r);
+}
+
 void tn_plan_predict(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_row rows[TN_PLAN_N]) {
     double ranks = (double)c->machines * c->ranks_per_machine;
     for (int s = 0; s < TN_PLAN_N; s++) {
         tn_plan_row *r = &rows[s];
-        memset(r, 0, sizeof *r);
-        r->strategy = (tn_plan_strategy)s;
-        if (s <= TN_PLAN_DDP_INT8) predict_ddp(job, c, r);
-        else if (s <= TN_PLAN_ZERO3) predict_zero(job, c, r, s - TN_PLAN_ZERO1 + 1);
-        else predict_diloco(job, c, r);
+        predict_one(job, c, (tn_plan_strategy)s, r);
+        if (c->machines > 1 && c->link_cpu_s_per_byte > 0) { /* the bytes' CPU comes out of the ranks' compute */
+            tn_plan_job busier = *job;
+            busier.compute_s += c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine;
+            predict_one(&busier, c, (tn_plan_strategy)s, r);
+        }
         r->exposed_s = r->step_s - job->compute_s;
         r->tokens_per_s = r->step_s > 0 ? ranks * job->tokens_per_rank / r->step_s : 0;
         r->memory_bytes = memory(job, c, r->strategy);

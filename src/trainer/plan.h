@@ -16,6 +16,9 @@
  *   zero 3       + every group gathered again before backward (beside the reduce-scatter);
  *   diloco H     gradients summed inside the machine each step; between machines a pseudo-gradient every H
  *                steps ((M-1) E), overlapped with the next round: only what exceeds a round's compute shows.
+ * Moving bytes costs CPU too (the TCP stack, MPI, the progress thread: bench allreduce measures it per machine), and
+ * that CPU is taken from the cores that compute: a machine's link_cpu_s_per_byte x its link bytes, shared by its
+ * ranks, lengthens each rank's compute before the schedule above is laid over it.
  * Memory per rank: the ZeRO formulas over trainable state (16 bytes a parameter: weight, gradient, two AdamW
  * moments; stage 1 8 + 8/N, stage 2 4 + 12/N, stage 3 16/N), frozen weights (4 bytes), activations of one
  * micro-batch, and DiLoCo's round start, consensus and (momentum, residual) copies.
@@ -50,6 +53,8 @@ typedef struct {
                                * (TCP payload; what bench allreduce records) */
     double link_latency_s;    /* per message on that link */
     double local_Bps;         /* shared-memory reduction inside a machine, bytes/s */
+    double link_cpu_s_per_byte; /* CPU seconds one machine spends per byte its link carries each way (sending it
+                               * and receiving as many), taken from its ranks' cores; 0: free */
     double rank_memory_bytes; /* what one rank may use; 0: unknown (everything fits) */
 } tn_plan_cluster;
 

@@ -275,6 +275,9 @@ mutant plan-balanced-shards-sent-to-one-owner trainer/plan.c \
   test_unit_plan
 mutant plan-zero2-formula trainer/plan.c \
   'case TN_PLAN_ZERO2: state = 4 * P + 12 * P / N; break;' 'case TN_PLAN_ZERO2: state = 8 * P + 8 * P / N; break;' test_unit_plan
+mutant plan-link-cpu-not-shared-by-ranks trainer/plan.c \
+  'busier.compute_s += c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine;' \
+  'busier.compute_s += c->link_cpu_s_per_byte * r->link_bytes;' test_unit_plan
 # ZeRO's balanced shards (tests/unit/test_unit_shard_layout.c): the owner of a chunk, the optimizer's packed moments,
 # a checkpoint shard's packed moments
 mutant shard-chunk-owner-off-by-one trainer/shard_layout.c \
