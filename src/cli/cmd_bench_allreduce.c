@@ -155,7 +155,8 @@ static int machines_sharing_kernel(tn_comm *c) {
  * bytes each machine's link carried each way (a ring all-reduce: 2 (M-1)/M of the buffer), the mean machine. */
 static int report_link_cpu(tn_comm *c, const row *t, double bytes, int iters) {
     const tn_comm_info *in = tn_comm_get_info(c);
-    double kernel = in->local_rank == 0 ? t->kernel_s / machines_sharing_kernel(c) : 0;
+    int sharing = machines_sharing_kernel(c); /* collective: every rank */
+    double kernel = in->local_rank == 0 ? t->kernel_s / sharing : 0;
     double sums[2] = {t->proc_s, kernel};
     if (tn_comm_allreduce_f64(c, sums, 2) != 0) return -1;
     double M = in->n_nodes, each_way = 2 * (M - 1) / M * bytes * iters * M; /* over all machines */
