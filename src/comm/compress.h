@@ -17,7 +17,7 @@
 
 #include <stddef.h>
 
-typedef enum { TN_CODEC_FP32, TN_CODEC_BF16, TN_CODEC_INT8 } tn_codec;
+typedef enum { TN_CODEC_FP32, TN_CODEC_BF16, TN_CODEC_INT8, TN_CODEC_N } tn_codec;
 
 #define TN_INT8_BLOCK 256
 

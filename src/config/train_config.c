@@ -191,6 +191,7 @@ static const key_def KEYS[] = {
     {"diloco_outer_momentum", NUM(diloco_outer_momentum, 0, 1, 0, 1), 0, 0, "a number in [0, 1)", NULL},
     {"diloco_nesterov", BOOL(diloco_nesterov), 0, 0, "true or false", NULL},
     {"diloco_overlap", BOOL(diloco_overlap), 0, 0, "true or false", NULL},
+    {"diloco_sync_steps", INT(diloco_sync_steps, 0, INT_MAX), 0, 0, "an integer >= 0 (optimizer steps)", NULL},
     {"balance_ranks", BOOL(balance_ranks), 0, 0, "true or false", NULL},
     {"fsdp_config", NOTICE, 0, 0, "tandem shards per decoder layer (fsdp's strategy picks the ZeRO stage); the "
      "file's other settings have no counterpart here", NULL},

@@ -98,6 +98,7 @@ typedef struct {
     int diloco_inner_steps;               /* H, default 8 */
     double diloco_outer_lr, diloco_outer_momentum; /* 1.0, 0.0: averaging (the DiLoCo paper: 0.7, 0.9) */
     int diloco_nesterov, diloco_overlap;  /* true, true */
+    int diloco_sync_steps;                /* 0: the first N steps synchronous (as ddp), then the rounds */
     int balance_ranks;                    /* default false: each rank's share of the global batch follows its speed */             /* default 4 (HF key; DDP uses 25): gradient all-reduce bucket size */
     /* output */
     char output_dir[TN_PATH_MAX];         /* default "saves/tandem" */

@@ -91,6 +91,7 @@ void tn_recipe_of(const tn_train_config *c, int world, char *out, size_t n) {
         put(&w, "diloco_outer_momentum", "%s", num(c->diloco_outer_momentum, a));
         put(&w, "diloco_nesterov", "%s", c->diloco_nesterov ? "true" : "false");
         put(&w, "diloco_overlap", "%s", c->diloco_overlap ? "true" : "false");
+        put(&w, "diloco_sync_steps", "%d", c->diloco_sync_steps);
     }
     put(&w, "ranks", "%d", world);
     put(&w, "global_batch", "%lld", (long long)world * c->per_device_train_batch_size * c->gradient_accumulation_steps);
