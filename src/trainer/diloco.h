@@ -5,7 +5,7 @@
  * (grad_sync.h's machine-local mode) and all run the same AdamW update, so they hold the same parameters x
  * and the same moments; AdamW's state never leaves the machine. Between machines nothing moves during a
  * round of H = diloco_inner_steps steps. At a round's end the machine's pseudo-gradient D = s - x (s: its
- * parameters at the round's start) is averaged over the machines (exchange.h: fp32, or bf16 / int8 with
+ * parameters at the round's start) is averaged over the machines (exchange.h: fp32, or bf16 / int8 / int4 with
  * error feedback) and the outer optimizer, SGD with Nesterov momentum as in the DiLoCo paper, moves the
  * consensus g, which every machine holds bit-identical:
  *   v = mu v + D_mean;  g -= lr_outer (D_mean + mu v)    (without Nesterov: g -= lr_outer v)
