@@ -10,12 +10,11 @@
 #  - the loss in the log is every rank's: at step 1 (same parameters everywhere) DiLoCo's logged loss equals
 #    plain DP's, and every step is logged once, in order;
 #  - checkpoints taken mid-round (an exchange in flight, residuals, outer momentum, each machine's own
-#    parameters and moments) resume bit-identically, with the same log, fp32 and int8; compressed DP too;
+#    parameters and moments) resume bit-identically, with the same log, fp32, int8 and int4; compressed DP too;
 #  - a DiLoCo checkpoint resumed on another topology says so and goes on; a restart after kill -9 ends
 #    bit-identical;
 #  - compression cuts the bytes (int8 about a quarter of fp32, int4 a seventh) and the run still learns, plain DP
-#    and DiLoCo; combinations that
-#    do not exist are one clear line.
+#    and DiLoCo; combinations that do not exist are one clear line.
 set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
