@@ -135,7 +135,7 @@ static const page PAGES[] = {
     {"bench", "train", "bench train [--preset tiny|small | --model-config FILE] [--batch B] [--seq S] [--lora] "
                        "[--lora-rank R] [--device cpu|cuda] [--bf16] [--checkpointing] [--peak-tflops X] [--steps N] "
                        "[--warmup N] [--dist] [--trace] [--bucket-mb MB] [--zero N] [--zero-layout L] "
-                       "[--diloco H] [--outer-lr X] [--outer-momentum X] [--no-overlap] [--compress bf16|int8]",
+                       "[--diloco H] [--outer-lr X] [--outer-momentum X] [--no-overlap] [--compress bf16|int8|int4]",
      "time training steps on random tokens; one JSON line (bench/bench_train.sh compares with PyTorch)",
      "  --preset tiny|small  model and batch of ../shared/ref's presets (default tiny)\n"
      "  --model-config FILE  an HF config.json instead (bench/configs: Qwen3 0.6B, 1.7B, 4B); batch 1, seq 2048\n"
@@ -157,7 +157,7 @@ static const page PAGES[] = {
      "  --outer-lr X         DiLoCo's outer learning rate (default 1)\n"
      "  --outer-momentum X   DiLoCo's outer Nesterov momentum (default 0)\n"
      "  --no-overlap         DiLoCo: wait for each round's average (diloco_overlap: false)\n"
-     "  --compress bf16|int8 with --dist: what crosses between machines, with error feedback (comm_compression)\n"
+     "  --compress bf16|int8|int4 with --dist: what crosses between machines, with error feedback (comm_compression)\n"
      "  --help, -h           this page\n"},
     {"bench", "generate", "bench generate --model-config FILE [--prompt P] [--new N[,N...]] [--batch B] [--prefill P]",
      "generation speed on random weights: copy bandwidth, prefill vs the training forward, decode vs the bandwidth "

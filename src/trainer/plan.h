@@ -5,8 +5,8 @@
  * hide, from each strategy's schedule as tandem runs it:
  *   ddp          gradients all-reduced per bucket during backward: the machine link carries 2 (M-1)/M G
  *                each way (G = 4 bytes x trainable parameters), summed inside a machine first;
- *   ddp+bf16/int8  the same buckets encoded, the encodings all-gathered between machines: (M-1) E each way
- *                (E = G/2, or G/4 plus one float scale per 64 values);
+ *   ddp+bf16/int8/int4  the same buckets encoded, the encodings all-gathered between machines: (M-1) E each
+ *                way (E = G/2, G/4 plus one float scale per 256 values, or G/8 plus one per 64);
  *   zero 1-2     buckets reduce-scattered during backward, the updated parameters all-gathered unit by unit
  *                while the next forward runs. Balanced shards (the default, FSDP's layout): every unit
  *                moves (M-1)/M of its bytes each way on every link, so the reduce-scatter overlaps backward
@@ -39,11 +39,13 @@ typedef enum {
     TN_PLAN_DDP,
     TN_PLAN_DDP_BF16,
     TN_PLAN_DDP_INT8,
+    TN_PLAN_DDP_INT4,
     TN_PLAN_ZERO1,
     TN_PLAN_ZERO2,
     TN_PLAN_ZERO3,
     TN_PLAN_DILOCO,
     TN_PLAN_DILOCO_INT8,
+    TN_PLAN_DILOCO_INT4,
     TN_PLAN_N
 } tn_plan_strategy;
 
@@ -69,7 +71,7 @@ typedef struct {
     double bucket_bytes;      /* gradient bucket cap */
     int diloco_h;             /* inner steps of a DiLoCo round */
     int zero_contiguous;      /* ZeRO's shards: 0 balanced, 1 contiguous (zero_shard_layout) */
-    double encode_s[3], decode_s[3]; /* seconds per float of each codec (compress.h's order: fp32, bf16, int8)
+    double encode_s[4], decode_s[4]; /* seconds per float of each codec (compress.h's order: fp32, bf16, int8, int4)
                                       * on the core that runs the step; 0: free */
 } tn_plan_job;
 

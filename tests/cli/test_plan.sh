@@ -21,7 +21,7 @@ check 'grep -q "^ddp .*(this config)" "$T/out" && grep -q "^this config runs ddp
 "$BIN" plan "$TINY" zero_stage=2 --machines 2 --link 100mbit --step-time 0.612 >"$T/z2" 2>&1
 check 'grep -q "^zero2 .*(this config)" "$T/z2"'
 "$BIN" plan "$TINY" sync_mode=diloco comm_compression=int8 --machines 2 --link 100mbit --step-time 0.612 --json >"$T/json" 2>&1
-check '[ "$(grep -c "^{\"strategy\"" "$T/json")" -eq 8 ] && grep -q "\"strategy\":\"diloco+int8\".*\"config\":true" "$T/json"'
+check '[ "$(grep -c "^{\"strategy\"" "$T/json")" -eq 10 ] && grep -q "\"strategy\":\"diloco+int8\".*\"config\":true" "$T/json"'
 check 'python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$T/json"'
 # the link's CPU (--link-cpu ns a byte) comes out of compute: DiLoCo's step (fp32: no codec time, its round hidden)
 # grows by exactly its bytes' CPU a step, and no strategy gets faster

@@ -88,6 +88,8 @@ static void test_four_machines(void) {
     CHECK_NEAR(r[TN_PLAN_DDP].link_bytes, 6e6, 1e-6);
     CHECK_NEAR(r[TN_PLAN_DDP_BF16].link_bytes, 6e6, 1e-6);
     CHECK_NEAR(r[TN_PLAN_DDP_INT8].link_bytes, 3e6 * (1 + 4.0 / 256), 1e-6);
+    CHECK_NEAR(r[TN_PLAN_DDP_INT4].link_bytes, 3e6 * (0.5 + 4.0 / 64), 1e-6); /* 4 bits + a scale per 64 */
+    CHECK_NEAR(r[TN_PLAN_DILOCO_INT4].link_bytes, 3e6 * (0.5 + 4.0 / 64) / j.diloco_h, 1e-6);
     CHECK_NEAR(r[TN_PLAN_ZERO3].memory_bytes, 16e6 / 4, 1e-3);
     /* memory decides: with 6 MB a rank only ZeRO-3's 4 MB fits */
     c.rank_memory_bytes = 6e6;
