@@ -7,6 +7,8 @@ the plan measures where it runs; here every input the plan gets comes from this 
         their step times (the plan models compute per rank, not the machine's sharing)
   link  one TCP stream each way at once over the shaped veth (iperf3 --bidir, the slower direction): what an
         exchange that keeps both directions busy gets
+  link CPU  what `tandem bench allreduce` of 16 MB between the machines reports: CPU ns a machine spends per byte
+        its link carries each way (processes + the kernel's softirq), passed as `tandem plan --link-cpu`
 Then each strategy's step under mpirun, as `tandem bench train --dist` runs the trainer's step, rounds
 interleaved so a drift of this VM hits every row alike; medians over rounds.
 
@@ -33,7 +35,10 @@ SETUPS = {
     "netns": ("tiny", 2, 1, list(FLAGS)),
     "netns4": ("tiny", 4, 1, list(FLAGS)),
 }
-PIN = ["sh", "-c", 'exec taskset -c "$((OMPI_COMM_WORLD_RANK % $(nproc)))" "$0" "$@"']  # a core per rank, as a machine's own
+# a core per rank, as a machine's own (rank mod cores: two per core for netns4). Not `nproc` in the rank's shell:
+# it prints OMP_NUM_THREADS (1 here), which put every rank on core 0 in the runs of 2026-11-28 (pin-rank.sh).
+PIN = [os.path.join(os.path.dirname(HERE), "scripts", "pin-rank.sh")]
+CORES = sorted(os.sched_getaffinity(0))
 
 
 def steps_for(preset, strategy):
@@ -44,7 +49,7 @@ def steps_for(preset, strategy):
 
 def one_rank_shared(preset, ranks, steps):
     """`ranks` independent one-rank runs at once, one per core (wrapping when there are more ranks than cores)."""
-    cmd = lambda i: ["taskset", "-c", str(i % os.cpu_count()), BIN, "bench", "train", "--preset", preset,
+    cmd = lambda i: ["taskset", "-c", str(CORES[i % len(CORES)]), BIN, "bench", "train", "--preset", preset,
                      "--steps", str(steps)]
     print("  $ " + " & ".join(" ".join(cmd(i)) for i in range(ranks)), file=sys.stderr, flush=True)
     ps = [subprocess.Popen(cmd(i), env=ENV, stdout=subprocess.PIPE, text=True) for i in range(ranks)]
@@ -52,6 +57,38 @@ def one_rank_shared(preset, ranks, steps):
     if any(p.returncode for p in ps):
         sys.exit(f"plan_fresh: a one-rank run failed: {outs}")
     return statistics.mean(tandem_json(o)["ms_mean"] for o in outs) / 1e3
+
+
+def link_cpu_ns(machines, ranks):
+    """CPU ns a byte each way per machine, from tandem bench allreduce between the namespaces (pinned as the runs)."""
+    log = os.path.join("/tmp", f"plan_fresh_bench_{os.getpid()}.jsonl")  # its link record: not the user's cache
+    ENV["TANDEM_BENCH_LOG"] = log
+    try:
+        out = run([KIT, "mpirun", "-n", str(machines * ranks), "--map-by", "node", "-x", "OMP_NUM_THREADS", "-x",
+                   "TANDEM_BENCH_LOG", *PIN, BIN, "bench", "allreduce", "--min", "16M", "--max", "16M", "--iters", "3",
+                   "--warmup", "1", "--no-mpi"])
+    finally:
+        del ENV["TANDEM_BENCH_LOG"]
+        if os.path.exists(log):
+            os.remove(log)
+    for line in out.splitlines():
+        if line.startswith("# link CPU at "):
+            return float(line.rsplit("--link-cpu", 1)[1])
+    sys.exit(f"plan_fresh: bench allreduce printed no link CPU line:\n{out}")
+
+
+def check_pinning(machines, ranks):
+    """Every rank on the core pin-rank.sh promises (rank mod this process's cores), read back from the ranks."""
+    n = machines * ranks
+    show = ["sh", "-c", 'echo "pinned $OMPI_COMM_WORLD_RANK $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"']
+    if machines > 1:
+        out = run([KIT, "mpirun", "-n", str(n), "--map-by", "node", *PIN, *show])
+    else:
+        out = run(["mpirun", "-n", str(n), "--bind-to", "none", *PIN, *show])
+    got = {int(f[1]): f[2] for f in (l.split() for l in out.splitlines() if l.startswith("pinned "))}
+    want = {r: str(CORES[r % len(CORES)]) for r in range(n)}
+    if got != want:
+        sys.exit(f"plan_fresh: ranks are not pinned as intended: got rank -> cores {got}, expected {want}")
 
 
 def multi_rank(setup, preset, machines, ranks, strategy):
@@ -67,14 +104,16 @@ def multi_rank(setup, preset, machines, ranks, strategy):
 
 
 def measure(setup, rounds):
-    """{strategy: measured s}, T1 s, link B/s for one setup."""
+    """{strategy: measured s}, T1 s, link B/s, link CPU ns a byte for one setup."""
     preset, machines, ranks, strategies = SETUPS[setup]
-    link = 11.95e6  # unused by a one-machine plan, but it asks for a rate
+    link, cpu = 11.95e6, 0.0  # unused by a one-machine plan, but it asks for a rate
     if machines > 1:
         run([KIT, "up", "--machines", str(machines), *SHAPE])
     try:
         if machines > 1:
+            check_pinning(machines, ranks)
             link = bench_dp.iperf_rate(bidir=True) * 1e6
+            cpu = link_cpu_ns(machines, ranks)
         t1s, got = [], {s: [] for s in strategies}
         for _ in range(rounds):
             t1s.append(one_rank_shared(preset, machines * ranks, steps_for(preset, "ddp")))
@@ -83,7 +122,7 @@ def measure(setup, rounds):
     finally:
         if machines > 1:
             subprocess.run([KIT, "down"], env=ENV)
-    return {s: statistics.median(v) for s, v in got.items()}, statistics.median(t1s), link
+    return {s: statistics.median(v) for s, v in got.items()}, statistics.median(t1s), link, cpu
 
 
 def rows(setups, rounds, load):
@@ -93,7 +132,8 @@ def rows(setups, rounds, load):
         if setup not in SETUPS:
             sys.exit(f"plan_fresh: unknown setup '{setup}' (expected one of {', '.join(SETUPS)})")
         preset, machines, ranks, _ = SETUPS[setup]
-        measured, t1, link = measure(setup, rounds)
-        where = f"measured now ({setup}, load {load():.1f})"
-        out += [(preset, s, machines, ranks, [], t1, link, m, where) for s, m in measured.items()]
+        measured, t1, link, cpu = measure(setup, rounds)
+        where = f"measured now ({setup}, link CPU {cpu:.1f} ns/B, load {load():.1f})"
+        extra = ["--link-cpu", f"{cpu:.2f}"] if cpu > 0 else []  # the plan's option, passed with the overrides
+        out += [(preset, s, machines, ranks, extra, t1, link, m, where) for s, m in measured.items()]
     return out

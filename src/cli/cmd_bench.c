@@ -7,7 +7,7 @@
  * Threads come from OMP_NUM_THREADS (OpenBLAS is the OpenMP build and follows it). --dist: one rank of a
  * data-parallel run under mpirun; --zero N: sharded as ZeRO stage N (zero.h), --zero-layout balanced|contiguous
  * its shards (shard_layout.h); --trace:
- * every rank prints each step's phases to stderr; --compress bf16|int8: gradients between machines encoded
+ * every rank prints each step's phases to stderr; --compress bf16|int8|int4: gradients between machines encoded
  * (grad_sync.h); --diloco H: sync_mode diloco with H inner steps (diloco.h; --compress then encodes the
  * pseudo-gradients, --no-overlap waits for each exchange). The JSON line has the median and the mean step
  * (a DiLoCo round's end costs more than its other steps: the mean over whole rounds is the throughput) and
@@ -157,7 +157,7 @@ static int bench_train(int argc, char **argv) {
         else if (strcmp(argv[i], "--outer-momentum") == 0 && i + 1 < argc) outer_mom = atof(argv[++i]);
         else if (strcmp(argv[i], "--no-overlap") == 0) overlap = 0;
         else if (strcmp(argv[i], "--compress") == 0 && i + 1 < argc) {
-            if (tn_codec_parse(argv[++i], &codec) != 0) return tn_err("bench train: --compress expects bf16 or int8");
+            if (tn_codec_parse(argv[++i], &codec) != 0) return tn_err("bench train: --compress expects bf16, int8 or int4");
         }
         else return tn_err("bench train: unexpected argument '%s'", argv[i]);
     }

@@ -8,11 +8,16 @@
  * algbw = size/time, busbw = algbw * 2(n-1)/n (n = ranks), as nccl-tests report it. cpu = CPU seconds
  * the whole process used during the timed calls per second of them (1.0 = one core busy: Open MPI spins
  * while it waits; tandem's caller sleeps and only the progress thread runs; "-" below 50 ms of calls).
- * #wrong = elements (all ranks) that differ from the closed-form sum after a checked call. */
+ * #wrong = elements (all ranks) that differ from the closed-form sum after a checked call.
+ * Between machines it also prints the link's CPU cost at the largest size: CPU nanoseconds one machine spends per
+ * byte its link carries each way (its ranks' processes, and the kernel's interrupt and softirq time from
+ * /proc/stat, which no process is charged for: the TCP stack's receive path), what `tandem plan --link-cpu`
+ * takes. Machines that share one kernel (network namespaces on one host: the same boot_id) split its time. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "comm/comm.h"
 #include "core/core.h"
@@ -20,6 +25,7 @@
 
 typedef struct {
     double us, algbw, busbw, cpu, wrong;
+    double proc_s, kernel_s; /* this rank's process CPU and the kernel's irq + softirq time over the timed calls */
 } row;
 
 static double cpu_now(void) {
@@ -27,6 +33,16 @@ static double cpu_now(void) {
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
            1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+/* Seconds of interrupt and softirq time over all CPUs since boot (/proc/stat's irq and softirq), or 0. */
+static double kernel_irq_s(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[7] = {0};
+    int got = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]) : 0;
+    if (f) fclose(f);
+    long hz = sysconf(_SC_CLK_TCK);
+    return got == 7 && hz > 0 ? (double)(v[5] + v[6]) / (double)hz : 0;
 }
 
 static void cpu_str(char *s, size_t n, double cpu) {
@@ -78,10 +94,11 @@ static int measure(tn_comm *c, int mpi, float *buf, size_t n, int iters, int war
     for (int it = 0; it < warmup; it++)
         if (CALL() != 0) return -1;
     if (tn_comm_barrier(c) != 0) return -1;
-    double c0 = cpu_now(), t0 = tn_now();
+    double c0 = cpu_now(), k0 = kernel_irq_s(), t0 = tn_now();
     for (int it = 0; it < iters; it++)
         if (CALL() != 0) return -1;
     double wall = tn_now() - t0, cpu = cpu_now() - c0;
+    out->proc_s = cpu, out->kernel_s = kernel_irq_s() - k0;
     fill(buf, n, in->rank);
     if (CALL() != 0) return -1;
 #undef CALL
@@ -110,6 +127,44 @@ static void record_capacity(const tn_comm *c, double bytes, double sec) {
     else
         printf("# could not record the link capacity: %s\n", tn_errmsg());
     free(path), free(hosts);
+}
+
+/* How many machines share this rank's kernel (the same boot_id): network namespaces on one host. 1 when unknown. */
+static int machines_sharing_kernel(tn_comm *c) {
+    const tn_comm_info *in = tn_comm_get_info(c);
+    struct {
+        char id[40];
+        int node;
+    } me = {"", in->node}, *all = tn_xcalloc((size_t)in->size, sizeof *all);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f || !fgets(me.id, sizeof me.id, f)) snprintf(me.id, sizeof me.id, "rank %d", in->rank); /* counts alone */
+    if (f) fclose(f);
+    int n = 0;
+    if (tn_comm_allgather(c, &me, sizeof me, all) == 0) {
+        for (int r = 0; r < in->size; r++) {
+            int first = strcmp(all[r].id, me.id) == 0;
+            for (int q = 0; q < r && first; q++) first = !(all[q].node == all[r].node && strcmp(all[q].id, me.id) == 0);
+            n += first; /* each machine with my kernel once */
+        }
+    }
+    free(all);
+    return n > 0 ? n : 1;
+}
+
+/* Rank 0 prints the link's CPU ns a byte (see the top): every machine's processes and its kernel share, over the
+ * bytes each machine's link carried each way (a ring all-reduce: 2 (M-1)/M of the buffer), the mean machine. */
+static int report_link_cpu(tn_comm *c, const row *t, double bytes, int iters) {
+    const tn_comm_info *in = tn_comm_get_info(c);
+    int sharing = machines_sharing_kernel(c); /* collective: every rank */
+    double kernel = in->local_rank == 0 ? t->kernel_s / sharing : 0;
+    double sums[2] = {t->proc_s, kernel};
+    if (tn_comm_allreduce_f64(c, sums, 2) != 0) return -1;
+    double M = in->n_nodes, each_way = 2 * (M - 1) / M * bytes * iters * M; /* over all machines */
+    if (in->rank == 0 && each_way > 0)
+        printf("# link CPU at %.0f MB: %.1f ns a byte each way per machine (processes %.1f, kernel irq+softirq %.1f): "
+               "tandem plan --link-cpu %.1f\n", bytes / 1e6, 1e9 * (sums[0] + sums[1]) / each_way,
+               1e9 * sums[0] / each_way, 1e9 * sums[1] / each_way, 1e9 * (sums[0] + sums[1]) / each_way);
+    return 0;
 }
 
 int tn_cmd_bench_allreduce(int argc, char **argv) {
@@ -154,13 +209,14 @@ int tn_cmd_bench_allreduce(int argc, char **argv) {
         fflush(stdout);
     }
     double wrong = 0, tandem_wall = 0, top_bytes = 0, top_sec = 0; /* the largest size, for link_capacity.h */
+    row top = {0};
     for (size_t bytes = lo; bytes <= hi; bytes *= 2) {
         size_t n = bytes / sizeof(float);
-        row t, m = {0, 0, 0, 0, 0};
+        row t, m = {0};
         double w0 = tn_now();
         if (measure(c, 0, buf, n, iters, warmup, &t) != 0) goto fail;
         tandem_wall += tn_now() - w0;
-        top_bytes = (double)bytes, top_sec = t.us * 1e-6;
+        top_bytes = (double)bytes, top_sec = t.us * 1e-6, top = t;
         if (with_mpi && measure(c, 1, buf, n, iters, warmup, &m) != 0) goto fail;
         wrong += t.wrong + m.wrong;
         if (in->rank == 0) {
@@ -174,6 +230,7 @@ int tn_cmd_bench_allreduce(int argc, char **argv) {
         }
         if (bytes > hi / 2) break; /* no overflow past hi */
     }
+    if (in->n_nodes > 1 && report_link_cpu(c, &top, top_bytes, iters) != 0) goto fail;
     tn_comm_stats st;
     tn_comm_get_stats(c, &st);
     double cpu_busy[2] = {st.progress_cpu_s, st.progress_busy_s};

@@ -210,7 +210,8 @@ static int parse_args(int argc, char **argv, const char *command, launch_opts *o
     o->cfg_argc = argc - i;
     o->cfg_argv = argv + i;
     if (dashboard) { /* --dashboard before the config: an override after it */
-        char **args = tn_xcalloc((size_t)o->cfg_argc + 2, sizeof *args);
+        static char **args; /* for the process's lifetime, as argv */
+        args = tn_xcalloc((size_t)o->cfg_argc + 2, sizeof *args);
         memcpy(args, o->cfg_argv, (size_t)o->cfg_argc * sizeof *args);
         args[o->cfg_argc++] = dashboard;
         o->cfg_argv = args;

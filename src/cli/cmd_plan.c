@@ -26,7 +26,7 @@
 typedef struct {
     const char *hostfile, *link, *model_config_path;
     int machines, ranks_per_machine, seq, json, n_overrides;
-    double compute_tflops, step_time, latency_ms, memory_gb;
+    double compute_tflops, step_time, latency_ms, memory_gb, link_cpu_ns;
     const char *local;
     char **overrides; /* CONFIG.yaml and key=value */
 } plan_args;
@@ -57,6 +57,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         else if (!strcmp(o, "--compute")) rc = parse_num(o, v, 1e-6, &a->compute_tflops);
         else if (!strcmp(o, "--step-time")) rc = parse_num(o, v, 1e-9, &a->step_time);
         else if (!strcmp(o, "--latency-ms")) rc = parse_num(o, v, 0, &a->latency_ms);
+        else if (!strcmp(o, "--link-cpu")) rc = parse_num(o, v, 0, &a->link_cpu_ns);
         else if (!strcmp(o, "--memory")) rc = parse_num(o, v, 1e-6, &a->memory_gb);
         else if (!strcmp(o, "--json")) a->json = 1, takes = 0;
         else if (o[0] == '-' && o[1] == '-') rc = tn_err("unknown option '%s' (see tandem plan --help)", o);
@@ -74,6 +75,7 @@ static int cluster_from_args(const plan_args *a, tn_plan_cluster *c, double *mea
     memset(c, 0, sizeof *c);
     c->machines = a->machines ? a->machines : 1, c->ranks_per_machine = a->ranks_per_machine ? a->ranks_per_machine : 1;
     c->link_latency_s = a->latency_ms / 1e3, c->local_Bps = TN_PLAN_LOCAL_BPS;
+    c->link_cpu_s_per_byte = a->link_cpu_ns * 1e-9;
     *measured_at = 0;
     if (a->hostfile) {
         tn_hostfile hf;
@@ -156,13 +158,13 @@ static double now_s(void) {
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* Seconds per float of the bf16 and int8 encodings on this machine (best of 3 over 4M floats). */
+/* Seconds per float of the bf16, int8 and int4 encodings on this machine (best of 3 over 4M floats). */
 static void measure_codecs(tn_plan_job *job) {
     const size_t n = (size_t)1 << 22;
     float *x = tn_xcalloc(n, sizeof *x), *e = tn_xcalloc(n, sizeof *e), *out = tn_xcalloc(n, sizeof *out);
     for (size_t i = 0; i < n; i++) x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
     void *buf = tn_xcalloc(tn_codec_bytes(TN_CODEC_FP32, n), 1);
-    for (int k = TN_CODEC_BF16; k <= TN_CODEC_INT8; k++) {
+    for (int k = TN_CODEC_BF16; k < TN_CODEC_N; k++) {
         double enc = 1e9, dec = 1e9;
         for (int rep = 0; rep < 3; rep++) {
             double t0 = now_s();
@@ -292,10 +294,11 @@ int tn_cmd_plan(int argc, char **argv) {
     tn_plan_strategy mine = tn_plan_config_strategy(&cfg);
     if (a.json) print_json(rows, best, mine, job.compute_s);
     else {
-        printf("tandem plan: %s, %.4g M trainable parameters (%s), %d machine(s) x %d rank(s), link %.2f MB/s each way%s, "
-               "compute %.3f s a step (%s; %.3g TFLOP a step), %d tokens a sequence\n", cfg.source_path,
-               need.trainable / 1e6, lora ? "LoRA" : "full", c.machines, c.ranks_per_machine, c.link_Bps / 1e6,
-               measured_at > 0 ? " (measured by bench allreduce)" : "", job.compute_s, source, flops / 1e12, seq);
+        printf("tandem plan: %s, %.4g M trainable parameters (%s), %d machine(s) x %d rank(s), link %.2f MB/s each way%s "
+               "(%.3g ns of CPU a byte), compute %.3f s a step (%s; %.3g TFLOP a step), %d tokens a sequence\n",
+               cfg.source_path, need.trainable / 1e6, lora ? "LoRA" : "full", c.machines, c.ranks_per_machine,
+               c.link_Bps / 1e6, measured_at > 0 ? " (measured by bench allreduce)" : "", c.link_cpu_s_per_byte * 1e9,
+               job.compute_s, source, flops / 1e12, seq);
         print_table(rows, best, mine);
         if (best < 0) printf("none fits in %.2f GB a rank: lower per_device_train_batch_size or cutoff_len, or use LoRA\n", rank_mem / 1e9);
         else print_reasons(rows, best, mine, &c, job.compute_s, rank_mem);

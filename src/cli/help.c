@@ -57,7 +57,7 @@ static const page PAGES[] = {
      "  --ranks N       the placement of N local ranks (tandem launch -n N; default: one per visible GPU)\n"
      "  --help, -h      this page\n"},
     {"plan", NULL, "plan CONFIG.yaml [key=value ...] (--hostfile FILE | --machines M [--ranks-per-machine R]) "
-                   "[--link RATE] [--local RATE] [--compute TFLOP/s | --step-time S] [--memory GB] [--seq S] [--json]",
+                   "[--link RATE] [--link-cpu NS] [--local RATE] [--compute TFLOP/s | --step-time S] [--memory GB] [--seq S] [--json]",
      "before a run: step time, tokens/s, memory per rank and link bytes of ddp, compressed ddp, ZeRO 1-3 and DiLoCo\n"
      "for the config's model and batch on these machines, and which to use (exit 2: none fits)",
      "  --hostfile FILE        the machines (HOST slots=N); the link as bench allreduce measured it between them\n"
@@ -65,6 +65,8 @@ static const page PAGES[] = {
      "  --ranks-per-machine R  ranks on each (default: the hostfile's slots, else 1)\n"
      "  --link RATE            each machine's link: 100mbit, 1gbit, 10gbit, or bytes/s\n"
      "  --latency-ms X         per message on that link (default 0.1)\n"
+     "  --link-cpu NS          CPU nanoseconds a machine spends per byte its link carries each way (TCP, MPI),\n"
+     "                         taken from its ranks' compute: bench allreduce prints it (default 0)\n"
      "  --local RATE           reductions inside a machine (default 5e9 bytes/s: shared memory; GPUs: NVLink's)\n"
      "  --compute TFLOP/s      one rank's sustained rate, for hardware that is not here (default: measure one\n"
      "                         rank's step on this machine with bench train)\n"
@@ -133,7 +135,7 @@ static const page PAGES[] = {
     {"bench", "train", "bench train [--preset tiny|small | --model-config FILE] [--batch B] [--seq S] [--lora] "
                        "[--lora-rank R] [--device cpu|cuda] [--bf16] [--checkpointing] [--peak-tflops X] [--steps N] "
                        "[--warmup N] [--dist] [--trace] [--bucket-mb MB] [--zero N] [--zero-layout L] "
-                       "[--diloco H] [--outer-lr X] [--outer-momentum X] [--no-overlap] [--compress bf16|int8]",
+                       "[--diloco H] [--outer-lr X] [--outer-momentum X] [--no-overlap] [--compress bf16|int8|int4]",
      "time training steps on random tokens; one JSON line (bench/bench_train.sh compares with PyTorch)",
      "  --preset tiny|small  model and batch of ../shared/ref's presets (default tiny)\n"
      "  --model-config FILE  an HF config.json instead (bench/configs: Qwen3 0.6B, 1.7B, 4B); batch 1, seq 2048\n"
@@ -155,7 +157,7 @@ static const page PAGES[] = {
      "  --outer-lr X         DiLoCo's outer learning rate (default 1)\n"
      "  --outer-momentum X   DiLoCo's outer Nesterov momentum (default 0)\n"
      "  --no-overlap         DiLoCo: wait for each round's average (diloco_overlap: false)\n"
-     "  --compress bf16|int8 with --dist: what crosses between machines, with error feedback (comm_compression)\n"
+     "  --compress bf16|int8|int4 with --dist: what crosses between machines, with error feedback (comm_compression)\n"
      "  --help, -h           this page\n"},
     {"bench", "generate", "bench generate --model-config FILE [--prompt P] [--new N[,N...]] [--batch B] [--prefill P]",
      "generation speed on random weights: copy bandwidth, prefill vs the training forward, decode vs the bandwidth "

@@ -185,12 +185,13 @@ static const key_def KEYS[] = {
     {"fsdp", CUSTOM(fsdp_stage), 0, 0, "full_shard, shard_grad_op, hybrid_shard or no_shard (optionally with "
      "auto_wrap, offload)", set_fsdp},
     {"sync_mode", CUSTOM(sync_mode), 0, 0, "ddp or diloco", set_sync_mode},
-    {"comm_compression", CUSTOM(comm_compression), 0, 0, "none, bf16 or int8", set_compression},
+    {"comm_compression", CUSTOM(comm_compression), 0, 0, "none, bf16, int8 or int4", set_compression},
     {"diloco_inner_steps", INT(diloco_inner_steps, 1, 1000000), 0, 0, "an integer in [1, 1000000]", NULL},
     {"diloco_outer_lr", NUM(diloco_outer_lr, 0, HUGE_VAL, 1, 0), 0, 0, "a positive number", NULL},
     {"diloco_outer_momentum", NUM(diloco_outer_momentum, 0, 1, 0, 1), 0, 0, "a number in [0, 1)", NULL},
     {"diloco_nesterov", BOOL(diloco_nesterov), 0, 0, "true or false", NULL},
     {"diloco_overlap", BOOL(diloco_overlap), 0, 0, "true or false", NULL},
+    {"diloco_sync_steps", INT(diloco_sync_steps, 0, INT_MAX), 0, 0, "an integer >= 0 (optimizer steps)", NULL},
     {"balance_ranks", BOOL(balance_ranks), 0, 0, "true or false", NULL},
     {"fsdp_config", NOTICE, 0, 0, "tandem shards per decoder layer (fsdp's strategy picks the ZeRO stage); the "
      "file's other settings have no counterpart here", NULL},
@@ -709,6 +710,7 @@ static int set_compression(tn_train_config *c, const key_def *k, const char *v, 
     if (!strcmp(s, "none") || !strcmp(s, "fp32") || !strcmp(s, "false")) c->comm_compression = 0;
     else if (!strcmp(s, "bf16")) c->comm_compression = 1;
     else if (!strcmp(s, "int8")) c->comm_compression = 2;
+    else if (!strcmp(s, "int4")) c->comm_compression = 3;
     else return expects(k, v, msg);
     return 0;
 }

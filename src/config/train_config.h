@@ -94,10 +94,11 @@ typedef struct {
                                            * job stopped; default 60, 0 = never */
     /* low-communication training and unequal ranks (tandem keys; README "Slow links and unequal machines") */
     tn_sync_mode sync_mode;               /* ddp (default): gradients every step; diloco: outer steps per round */
-    int comm_compression;                 /* 0 none, 1 bf16, 2 int8 (tn_codec): what crosses between machines */
+    int comm_compression;                 /* 0 none, 1 bf16, 2 int8, 3 int4 (tn_codec): what crosses between machines */
     int diloco_inner_steps;               /* H, default 8 */
     double diloco_outer_lr, diloco_outer_momentum; /* 1.0, 0.0: averaging (the DiLoCo paper: 0.7, 0.9) */
     int diloco_nesterov, diloco_overlap;  /* true, true */
+    int diloco_sync_steps;                /* 0: the first N steps synchronous (as ddp), then the rounds */
     int balance_ranks;                    /* default false: each rank's share of the global batch follows its speed */             /* default 4 (HF key; DDP uses 25): gradient all-reduce bucket size */
     /* output */
     char output_dir[TN_PATH_MAX];         /* default "saves/tandem" */

@@ -69,7 +69,13 @@ tn_kv *tn_kv_create(tn_model *m, int n_slots, int ctx) {
     kv->m = m, kv->be = be, kv->n_slots = n_slots, kv->ctx = ctx;
     kv->cache = tn_xcalloc((size_t)n_slots, sizeof *kv->cache);
     kv->len = tn_xcalloc((size_t)n_slots, sizeof *kv->len);
-    for (int s = 0; s < n_slots; s++) kv->cache[s] = be->alloc(slot_floats(kv));
+    /* A new slot is released as a finished one is: on the CPU that marks it for transparent huge pages. Every
+     * decode step reads each layer's cached rows front to back, one 4 KiB row per position for Qwen3-0.6B: on
+     * small pages a TLB miss (a two-level walk under a hypervisor) per row, K and V, layer and token. */
+    for (int s = 0; s < n_slots; s++) {
+        kv->cache[s] = be->alloc(slot_floats(kv));
+        be->release(kv->cache[s], slot_floats(kv));
+    }
     fill_rope(kv);
     if (m->cfg.vis.kind != TN_VL_NONE) {
         kv->vl = 1;

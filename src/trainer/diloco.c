@@ -15,7 +15,7 @@
 #include "model/safetensors.h"
 
 #define NUMS 5 /* per step: loss sum, trained tokens, tokens seen, gradient norm, skipped */
-#define META_LEN 12
+#define META_LEN 13 /* 12 before diloco_sync_steps: first 0 */
 
 struct tn_diloco {
     tn_comm *c;
@@ -23,6 +23,7 @@ struct tn_diloco {
     tn_diloco_config cfg;
     size_t n;                 /* trainable floats */
     int M, H;
+    int first;                /* rounds end at first + k H */
     float *g, *v, *s, *buf;   /* consensus, outer momentum, round start, exchanged pseudo-gradient */
     float *res;               /* error feedback of this rank's part (compressed only) */
     tn_comm_op *op;           /* the exchange of buf + xstats in flight */
@@ -68,9 +69,11 @@ void tn_diloco_free(tn_diloco *d) {
     free(d->xstats), free(d->round), free(d->queue), free(d);
 }
 
-void tn_diloco_start(tn_diloco *d) {
+void tn_diloco_start(tn_diloco *d, int first) {
+    d->first = first;
     d->m->be->download(d->g, d->m->slab, d->n);
     memcpy(d->s, d->g, d->n * sizeof *d->s);
+    memset(d->v, 0, d->n * sizeof *d->v);
 }
 
 /* The parameters become the host vector x (g or s). */
@@ -172,7 +175,7 @@ int tn_diloco_step_done(tn_diloco *d, const tn_diloco_step *st, int last) {
     double *r = d->round + NUMS * d->round_n++;
     r[0] = st->skipped ? 0 : st->loss_sum, r[1] = st->skipped ? 0 : st->tokens, r[2] = st->seen;
     r[3] = st->skipped ? 0 : st->grad_norm, r[4] = st->skipped ? 1 : 0;
-    if (st->step % d->H == 0 || last || d->round_n == d->H) return boundary(d, last);
+    if ((st->step - d->first) % d->H == 0 || last || d->round_n == d->H) return boundary(d, last);
     return 0;
 }
 
@@ -198,7 +201,7 @@ int tn_diloco_save(tn_diloco *d, const tn_adamw *opt, tn_state *mine, tn_state *
     if (wait_exchange(d) != 0) return -1; /* its mean stays pending: applied at the next round's end */
     const tn_comm_info *in = tn_comm_get_info(d->c);
     int64_t meta[META_LEN] = {1, d->M, in->size, d->H, d->cfg.overlap, d->cfg.codec, d->have_avg, d->pend_first,
-                              d->pend_n, d->round_first, d->round_n, (int64_t)d->n};
+                              d->pend_n, d->round_first, d->round_n, (int64_t)d->n, d->first};
     tn_state_put(job, "diloco.meta", ST_I64, meta, META_LEN);
     tn_state_put(job, "diloco.outer_momentum", ST_F32, d->v, d->n);
     if (d->have_avg) {
@@ -235,7 +238,7 @@ int tn_diloco_load(tn_diloco *d, tn_adamw *opt, const tn_state *mine, const tn_s
     size_t mn = 0, sn = 0;
     const int64_t *meta = tn_state_get(job, "diloco.meta", ST_I64, &mn);
     snprintf(why, wn, "it holds no DiLoCo state (another sync_mode, or save_only_model)");
-    if (!meta || mn != META_LEN || meta[11] != (int64_t)d->n) {
+    if (!meta || (mn != META_LEN && mn != META_LEN - 1) || meta[11] != (int64_t)d->n) {
         d->round_n = 0;
         return 0;
     }
@@ -253,12 +256,13 @@ int tn_diloco_load(tn_diloco *d, tn_adamw *opt, const tn_state *mine, const tn_s
     const double *rs = tn_state_get(mine, "machine.diloco.round_stats", ST_F64, &sn);
     const int64_t *adam = tn_state_get(mine, "machine.diloco.adam_step", ST_I64, NULL);
     const float *em = get_f32(mine, "machine.diloco.exp_avg", opt->n), *ev = get_f32(mine, "machine.diloco.exp_avg_sq", opt->n);
-    int same = meta[1] == d->M && meta[2] == in->size && meta[3] == d->H && meta[5] == d->cfg.codec && x && s && rs &&
-               sn == (size_t)NUMS * d->H && adam && (in->node == 0 || (em && ev));
+    int64_t first = mn == META_LEN ? meta[12] : 0;
+    int same = meta[1] == d->M && meta[2] == in->size && meta[3] == d->H && meta[5] == d->cfg.codec &&
+               first == d->first && x && s && rs && sn == (size_t)NUMS * d->H && adam && (in->node == 0 || (em && ev));
     if (!same) {
-        snprintf(why, wn, "it was taken with %lld machine(s), %lld rank(s), diloco_inner_steps %lld, comm_compression %s",
-                 (long long)meta[1], (long long)meta[2], (long long)meta[3],
-                 meta[5] >= 0 && meta[5] <= 2 ? tn_codec_name((tn_codec)meta[5]) : "?");
+        snprintf(why, wn, "it was taken with %lld machine(s), %lld rank(s), diloco_inner_steps %lld, comm_compression %s, "
+                 "diloco_sync_steps %lld", (long long)meta[1], (long long)meta[2], (long long)meta[3],
+                 meta[5] >= 0 && meta[5] < TN_CODEC_N ? tn_codec_name((tn_codec)meta[5]) : "?", (long long)first);
         if (d->have_avg) { /* its pending mean is the same for any topology: apply it, restart from g */
             apply_mean(d);
             set_params(d, d->g);

@@ -5,7 +5,7 @@
  * (grad_sync.h's machine-local mode) and all run the same AdamW update, so they hold the same parameters x
  * and the same moments; AdamW's state never leaves the machine. Between machines nothing moves during a
  * round of H = diloco_inner_steps steps. At a round's end the machine's pseudo-gradient D = s - x (s: its
- * parameters at the round's start) is averaged over the machines (exchange.h: fp32, or bf16 / int8 with
+ * parameters at the round's start) is averaged over the machines (exchange.h: fp32, or bf16 / int8 / int4 with
  * error feedback) and the outer optimizer, SGD with Nesterov momentum as in the DiLoCo paper, moves the
  * consensus g, which every machine holds bit-identical:
  *   v = mu v + D_mean;  g -= lr_outer (D_mean + mu v)    (without Nesterov: g -= lr_outer v)
@@ -55,11 +55,12 @@ typedef struct {
 /* NULL + tn_err when the machines' rank counts differ. */
 tn_diloco *tn_diloco_create(tn_comm *c, tn_model *m, const tn_diloco_config *cfg);
 void tn_diloco_free(tn_diloco *d);
-/* Every rank holds the same trainable parameters (after the start-up broadcast): they become g and the
- * first round's start. */
-void tn_diloco_start(tn_diloco *d);
+/* Every rank holds the same trainable parameters (after the start-up broadcast, or after the synchronous
+ * steps of diloco_sync_steps): they become g and the round's start, the outer momentum is zero. Rounds end at
+ * the steps first + k H (first: diloco_sync_steps, the steps before the rounds; 0 without). */
+void tn_diloco_start(tn_diloco *d, int first);
 /* After the machine's step s->step (counted from 1; skipped: the parameters did not move). Ends the round at
- * s->step % H == 0 or when last. 0, or -1 + tn_err when the exchange failed. */
+ * (s->step - first) % H == 0 or when last. 0, or -1 + tn_err when the exchange failed. */
 int tn_diloco_step_done(tn_diloco *d, const tn_diloco_step *s, int last);
 /* The next step whose numbers are summed over machines: 1 with *out, or 0. */
 int tn_diloco_pop(tn_diloco *d, tn_diloco_step *out);
@@ -70,7 +71,8 @@ int tn_diloco_take_skipped_outer(tn_diloco *d);
 /* Bytes this machine sends per round (0 with one machine). */
 size_t tn_diloco_round_bytes(const tn_diloco *d);
 /* Checkpoints (collective through sync_state.h): save waits for an exchange in flight (not applied); load
- * restores the state of a checkpoint taken with the same machines, ranks, H and compression and returns 1,
+ * restores the state of a checkpoint taken with the same machines, ranks, H, compression and first (rounds
+ * aligned alike) and returns 1,
  * or starts afresh from the loaded (consensus) parameters and returns 0 with *why saying what differs.
  * opt: this rank's AdamW (each machine's moments and step count are its own). */
 int tn_diloco_save(tn_diloco *d, const tn_adamw *opt, tn_state *mine, tn_state *job);

@@ -153,6 +153,11 @@ void tn_grad_sync_free(tn_grad_sync *s) {
     free(s);
 }
 
+void tn_grad_sync_attach(tn_grad_sync *s) {
+    s->model->grad_ready = s->active ? on_grad_ready : NULL;
+    s->model->grad_ready_ctx = s->active ? s : NULL;
+}
+
 tn_grad_sync *tn_grad_sync_create_compressed(tn_comm *c, tn_model *m, size_t bucket_bytes, tn_codec codec) {
     tn_grad_sync *s = tn_grad_sync_create(c, m, bucket_bytes, TN_GRAD_COMPRESSED);
     if (!s || !s->active) return s;

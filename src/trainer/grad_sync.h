@@ -60,6 +60,9 @@ tn_grad_sync *tn_grad_sync_create_compressed(tn_comm *c, tn_model *m, size_t buc
 size_t tn_grad_sync_residual(const tn_grad_sync *s, float *out);
 void tn_grad_sync_set_residual(tn_grad_sync *s, const float *in);
 void tn_grad_sync_free(tn_grad_sync *s);
+/* Makes s the exchange backward reports to (creating one installs it; a strategy that switches between two, as
+ * DiLoCo after its synchronous phase, re-installs the one that runs now). One inactive removes the hook. */
+void tn_grad_sync_attach(tn_grad_sync *s);
 /* The next backward is the step's last micro-batch: launch buckets as they complete. */
 void tn_grad_sync_arm(tn_grad_sync *s);
 /* After that backward: launch what is left, wait for every bucket. 0, or -1 with tn_err. */

@@ -258,6 +258,7 @@ static void plan_window(job_ctx *j, const tn_step_stats *st, double wall, double
     const tn_trainer_info *t = tn_trainer_get_info(j->t);
     int window = t->machine_local ? 2 * t->round : 5; /* DiLoCo: two rounds */
     if (!j->lead || t->world < 2 || t->step - j->start_step < 2 || j->plan_steps >= window) return;
+    if (t->machine_local && t->step <= j->cfg->diloco_sync_steps + 1) return; /* the plan is of the rounds */
     j->plan_wall += wall, j->plan_compute += compute, j->plan_steps++;
     j->plan_seen += (double)st->seen / ((double)t->world * t->micro_batch * t->accum);
     if (j->plan_steps == window)

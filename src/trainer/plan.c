@@ -16,6 +16,7 @@
                                   * over the 100 Mbit/s netns link: one stream 11.95 MB/s, one each way at once
                                   * 11.44 MB/s of 12.5, docs/performance.md) */
 #define INT8_BYTES_PER_FLOAT (1.0 + 4.0 / 256.0)
+#define INT4_BYTES_PER_FLOAT (0.5 + 4.0 / 64.0)
 #define OUTER_PASSES 6.0         /* DiLoCo's round end reads and writes the parameters, round start, consensus
                                   * and pseudo-gradient: about six passes over G bytes */
 
@@ -27,11 +28,13 @@ static const strategy_info INFO[TN_PLAN_N] = {
     [TN_PLAN_DDP] = {"ddp", "zero_stage: 0 (the default)"},
     [TN_PLAN_DDP_BF16] = {"ddp+bf16", "comm_compression: bf16"},
     [TN_PLAN_DDP_INT8] = {"ddp+int8", "comm_compression: int8"},
+    [TN_PLAN_DDP_INT4] = {"ddp+int4", "comm_compression: int4"},
     [TN_PLAN_ZERO1] = {"zero1", "zero_stage: 1"},
     [TN_PLAN_ZERO2] = {"zero2", "zero_stage: 2"},
     [TN_PLAN_ZERO3] = {"zero3", "zero_stage: 3"},
     [TN_PLAN_DILOCO] = {"diloco", "sync_mode: diloco"},
     [TN_PLAN_DILOCO_INT8] = {"diloco+int8", "sync_mode: diloco, comm_compression: int8"},
+    [TN_PLAN_DILOCO_INT4] = {"diloco+int4", "sync_mode: diloco, comm_compression: int4"},
 };
 
 const char *tn_plan_name(tn_plan_strategy s) { return s >= 0 && s < TN_PLAN_N ? INFO[s].name : "?"; }
@@ -67,10 +70,12 @@ static double overlapped_step(const tn_plan_job *j, double comm, double buckets)
 static double encoded_bytes(tn_plan_strategy s, double G) {
     if (s == TN_PLAN_DDP_BF16) return G / 2;
     if (s == TN_PLAN_DDP_INT8 || s == TN_PLAN_DILOCO_INT8) return G / 4 * INT8_BYTES_PER_FLOAT;
+    if (s == TN_PLAN_DDP_INT4 || s == TN_PLAN_DILOCO_INT4) return G / 4 * INT4_BYTES_PER_FLOAT;
     return G;
 }
 
 static int codec_of(tn_plan_strategy s) {
+    if (s == TN_PLAN_DDP_INT4 || s == TN_PLAN_DILOCO_INT4) return 3;
     return s == TN_PLAN_DDP_BF16 ? 1 : (s == TN_PLAN_DDP_INT8 || s == TN_PLAN_DILOCO_INT8) ? 2 : 0;
 }
 
@@ -159,22 +164,31 @@ static double memory(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_str
     case TN_PLAN_ZERO2: state = 4 * P + 12 * P / N; break;
     case TN_PLAN_ZERO3: state = 16 * P / N; break;
     case TN_PLAN_DILOCO: state = 16 * P + 8 * P; break;           /* + round start and consensus */
-    case TN_PLAN_DILOCO_INT8: state = 16 * P + 12 * P; break;     /* + the error-feedback residual */
-    case TN_PLAN_DDP_BF16: case TN_PLAN_DDP_INT8: state = 16 * P + 4 * P / c->ranks_per_machine; break;
+    case TN_PLAN_DILOCO_INT8: case TN_PLAN_DILOCO_INT4: state = 16 * P + 12 * P; break; /* + the residual */
+    case TN_PLAN_DDP_BF16: case TN_PLAN_DDP_INT8: case TN_PLAN_DDP_INT4: state = 16 * P + 4 * P / c->ranks_per_machine; break;
     default: state = 16 * P;
     }
     return state + j->frozen_bytes + j->act_bytes;
+}
+
+static void predict_one(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_strategy s, tn_plan_row *r) {
+    memset(r, 0, sizeof *r);
+    r->strategy = s;
+    if (s <= TN_PLAN_DDP_INT4) predict_ddp(job, c, r);
+    else if (s <= TN_PLAN_ZERO3) predict_zero(job, c, r, s - TN_PLAN_ZERO1 + 1);
+    else predict_diloco(job, c, r);
 }
 
 void tn_plan_predict(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_row rows[TN_PLAN_N]) {
     double ranks = (double)c->machines * c->ranks_per_machine;
     for (int s = 0; s < TN_PLAN_N; s++) {
         tn_plan_row *r = &rows[s];
-        memset(r, 0, sizeof *r);
-        r->strategy = (tn_plan_strategy)s;
-        if (s <= TN_PLAN_DDP_INT8) predict_ddp(job, c, r);
-        else if (s <= TN_PLAN_ZERO3) predict_zero(job, c, r, s - TN_PLAN_ZERO1 + 1);
-        else predict_diloco(job, c, r);
+        predict_one(job, c, (tn_plan_strategy)s, r);
+        if (c->machines > 1 && c->link_cpu_s_per_byte > 0) { /* the bytes' CPU comes out of the ranks' compute */
+            tn_plan_job busier = *job;
+            busier.compute_s += c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine;
+            predict_one(&busier, c, (tn_plan_strategy)s, r);
+        }
         r->exposed_s = r->step_s - job->compute_s;
         r->tokens_per_s = r->step_s > 0 ? ranks * job->tokens_per_rank / r->step_s : 0;
         r->memory_bytes = memory(job, c, r->strategy);
@@ -207,9 +221,11 @@ int tn_plan_parse_link(const char *option, const char *text, double *Bps) {
 }
 
 tn_plan_strategy tn_plan_config_strategy(const tn_train_config *cfg) {
-    if (cfg->sync_mode == TN_SYNC_DILOCO) return cfg->comm_compression == 2 ? TN_PLAN_DILOCO_INT8 : TN_PLAN_DILOCO;
+    if (cfg->sync_mode == TN_SYNC_DILOCO)
+        return cfg->comm_compression == 2 ? TN_PLAN_DILOCO_INT8 : cfg->comm_compression == 3 ? TN_PLAN_DILOCO_INT4 : TN_PLAN_DILOCO;
     if (cfg->comm_compression == 1) return TN_PLAN_DDP_BF16;
     if (cfg->comm_compression == 2) return TN_PLAN_DDP_INT8;
+    if (cfg->comm_compression == 3) return TN_PLAN_DDP_INT4;
     int z = cfg->zero_stage > 0 ? cfg->zero_stage : 0;
     return z == 0 ? TN_PLAN_DDP : (tn_plan_strategy)(TN_PLAN_ZERO1 + z - 1);
 }

@@ -5,8 +5,8 @@
  * hide, from each strategy's schedule as tandem runs it:
  *   ddp          gradients all-reduced per bucket during backward: the machine link carries 2 (M-1)/M G
  *                each way (G = 4 bytes x trainable parameters), summed inside a machine first;
- *   ddp+bf16/int8  the same buckets encoded, the encodings all-gathered between machines: (M-1) E each way
- *                (E = G/2, or G/4 plus one float scale per 64 values);
+ *   ddp+bf16/int8/int4  the same buckets encoded, the encodings all-gathered between machines: (M-1) E each
+ *                way (E = G/2, G/4 plus one float scale per 256 values, or G/8 plus one per 64);
  *   zero 1-2     buckets reduce-scattered during backward, the updated parameters all-gathered unit by unit
  *                while the next forward runs. Balanced shards (the default, FSDP's layout): every unit
  *                moves (M-1)/M of its bytes each way on every link, so the reduce-scatter overlaps backward
@@ -16,6 +16,9 @@
  *   zero 3       + every group gathered again before backward (beside the reduce-scatter);
  *   diloco H     gradients summed inside the machine each step; between machines a pseudo-gradient every H
  *                steps ((M-1) E), overlapped with the next round: only what exceeds a round's compute shows.
+ * Moving bytes costs CPU too (the TCP stack, MPI, the progress thread: bench allreduce measures it per machine), and
+ * that CPU is taken from the cores that compute: a machine's link_cpu_s_per_byte x its link bytes, shared by its
+ * ranks, lengthens each rank's compute before the schedule above is laid over it.
  * Memory per rank: the ZeRO formulas over trainable state (16 bytes a parameter: weight, gradient, two AdamW
  * moments; stage 1 8 + 8/N, stage 2 4 + 12/N, stage 3 16/N), frozen weights (4 bytes), activations of one
  * micro-batch, and DiLoCo's round start, consensus and (momentum, residual) copies.
@@ -36,11 +39,13 @@ typedef enum {
     TN_PLAN_DDP,
     TN_PLAN_DDP_BF16,
     TN_PLAN_DDP_INT8,
+    TN_PLAN_DDP_INT4,
     TN_PLAN_ZERO1,
     TN_PLAN_ZERO2,
     TN_PLAN_ZERO3,
     TN_PLAN_DILOCO,
     TN_PLAN_DILOCO_INT8,
+    TN_PLAN_DILOCO_INT4,
     TN_PLAN_N
 } tn_plan_strategy;
 
@@ -50,6 +55,8 @@ typedef struct {
                                * (TCP payload; what bench allreduce records) */
     double link_latency_s;    /* per message on that link */
     double local_Bps;         /* shared-memory reduction inside a machine, bytes/s */
+    double link_cpu_s_per_byte; /* CPU seconds one machine spends per byte its link carries each way (sending it
+                               * and receiving as many), taken from its ranks' cores; 0: free */
     double rank_memory_bytes; /* what one rank may use; 0: unknown (everything fits) */
 } tn_plan_cluster;
 
@@ -64,7 +71,7 @@ typedef struct {
     double bucket_bytes;      /* gradient bucket cap */
     int diloco_h;             /* inner steps of a DiLoCo round */
     int zero_contiguous;      /* ZeRO's shards: 0 balanced, 1 contiguous (zero_shard_layout) */
-    double encode_s[3], decode_s[3]; /* seconds per float of each codec (compress.h's order: fp32, bf16, int8)
+    double encode_s[4], decode_s[4]; /* seconds per float of each codec (compress.h's order: fp32, bf16, int8, int4)
                                       * on the core that runs the step; 0: free */
 } tn_plan_job;
 

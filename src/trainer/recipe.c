@@ -82,7 +82,7 @@ void tn_recipe_of(const tn_train_config *c, int world, char *out, size_t n) {
     put(&w, "seed", "%d", c->seed);
     put(&w, "per_device_train_batch_size", "%d", c->per_device_train_batch_size);
     put(&w, "gradient_accumulation_steps", "%d", c->gradient_accumulation_steps);
-    static const char *const codec[] = {"none", "bf16", "int8"};
+    static const char *const codec[] = {"none", "bf16", "int8", "int4"};
     put(&w, "sync_mode", "%s", c->sync_mode == TN_SYNC_DILOCO ? "diloco" : "ddp");
     put(&w, "comm_compression", "%s", codec[c->comm_compression]);
     if (c->sync_mode == TN_SYNC_DILOCO) {
@@ -91,6 +91,7 @@ void tn_recipe_of(const tn_train_config *c, int world, char *out, size_t n) {
         put(&w, "diloco_outer_momentum", "%s", num(c->diloco_outer_momentum, a));
         put(&w, "diloco_nesterov", "%s", c->diloco_nesterov ? "true" : "false");
         put(&w, "diloco_overlap", "%s", c->diloco_overlap ? "true" : "false");
+        put(&w, "diloco_sync_steps", "%d", c->diloco_sync_steps);
     }
     put(&w, "ranks", "%d", world);
     put(&w, "global_batch", "%lld", (long long)world * c->per_device_train_batch_size * c->gradient_accumulation_steps);

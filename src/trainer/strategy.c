@@ -59,7 +59,8 @@ void tn_strategy_free(tn_strategy *s) {
     if (s) s->ops->destroy(s);
 }
 
-void tn_strategy_start(tn_strategy *s) {
+void tn_strategy_start(tn_strategy *s, int step) {
+    s->start_step = step;
     if (s->ops->start) s->ops->start(s);
 }
 

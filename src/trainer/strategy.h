@@ -58,8 +58,8 @@ typedef struct {
     /* Creates it and installs its model hooks (the gradient exchange's grad_ready). NULL + tn_err. */
     tn_strategy *(*create)(const tn_strategy_args *a);
     void (*destroy)(tn_strategy *s);
-    /* Every rank holds the same whole model (after the start-up broadcast): shard it (ZeRO's param_hook),
-     * take it as the consensus (DiLoCo). */
+    /* Every rank holds the same whole model (after the start-up broadcast) at step s->start_step (0, or the
+     * resumed position): shard it (ZeRO's param_hook), take it as the consensus (DiLoCo). */
     void (*start)(tn_strategy *s);
     void (*clear_grads)(tn_strategy *s);
     int (*clip)(tn_strategy *s, double max_norm, double *norm);
@@ -101,6 +101,7 @@ struct tn_strategy {
     int local;             /* the update is shared by this machine's ranks only (DiLoCo) */
     int round;             /* steps between two exchanges between machines (1: every step) */
     int shards_optimizer;  /* each rank holds its own moments: not broadcast from rank 0 */
+    int start_step;        /* the position tn_strategy_start was given */
     int has_final;         /* final: the last step's numbers, when step_done is NULL */
     tn_strategy_logged final;
 };
@@ -121,7 +122,7 @@ void tn_strategy_plain_free(tn_strategy *s);
 size_t tn_strategy_bucket_bytes(const tn_strategy_args *a);
 
 /* The dispatchers the trainer calls (a NULL op: the plain behaviour). */
-void tn_strategy_start(tn_strategy *s);
+void tn_strategy_start(tn_strategy *s, int step);
 int tn_strategy_sum_f64(tn_strategy *s, double *v, size_t n);
 void tn_strategy_clear_grads(tn_strategy *s);
 void tn_strategy_arm(tn_strategy *s);

@@ -1,5 +1,5 @@
 /* sync_compressed.c -- data parallelism with comm_compression (strategy.h): each bucket is summed inside the
- * machine, crosses between machines encoded (bf16 / int8, exchange.h) and is decoded and added in machine
+ * machine, crosses between machines encoded (bf16 / int8 / int4, exchange.h) and is decoded and added in machine
  * order, with error feedback through this rank's residual, which checkpoints carry (sync_state.h). Picked
  * when a codec other than fp32 is asked for between several machines, without ZeRO. */
 #include <stdio.h>
@@ -42,17 +42,16 @@ static void load_state(tn_strategy *s, const tn_state *mine, const tn_state *job
 }
 
 static void describe(const tn_strategy *s, FILE *out) {
-    static const char *const codec[] = {"fp32", "bf16", "int8"};
     const tn_comm_info *in = tn_comm_get_info(s->a.comm);
     tn_strategy_describe_dp(s, out);
     fprintf(out, "tandem: gradients cross between machines as %s with error feedback: %.3g MB per step sent by "
-            "each machine (fp32: %.3g MB)\n", codec[s->a.codec], tn_strategy_bytes_per_step(s) / 1e6,
+            "each machine (fp32: %.3g MB)\n", tn_codec_name(s->a.codec), tn_strategy_bytes_per_step(s) / 1e6,
             2.0 * (in->n_nodes - 1) / in->n_nodes * s->a.model->n_trainable * 4 / 1e6);
 }
 
 const tn_strategy_ops tn_sync_compressed = {
     .name = "compressed",
-    .summary = "data parallel, gradients encoded (bf16 / int8, error feedback) between machines: comm_compression",
+    .summary = "data parallel, gradients encoded (bf16 / int8 / int4, error feedback) between machines: comm_compression",
     .picks = picks,
     .create = create,
     .destroy = tn_strategy_plain_free,

@@ -109,7 +109,7 @@ tn_trainer *tn_trainer_create(const tn_train_config *cfg, tn_model *model, const
     return t;
 }
 
-void tn_trainer_start(tn_trainer *t) { tn_strategy_start(t->sync); }
+void tn_trainer_start(tn_trainer *t) { tn_strategy_start(t->sync, t->in.step); }
 
 void tn_trainer_free(tn_trainer *t) {
     if (!t) return;

@@ -111,10 +111,11 @@ kill "$holder"
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "dashboard needs where to listen" "$T/flag.log"'
 
-# one process, --dashboard on train: the address, and the page answers while it trains
+# one process, --dashboard on train (before the config, as with launch): the address, and the page answers while
+# it trains
 port=$(free_port)
-"$BIN" train "$ROOT/examples/demo_addition.yaml" output_dir="$T/one" max_steps=150 logging_steps=10 \
-  --dashboard "127.0.0.1:$port" >"$T/one.log" 2>&1 &
+"$BIN" train --dashboard "127.0.0.1:$port" "$ROOT/examples/demo_addition.yaml" output_dir="$T/one" max_steps=150 \
+  logging_steps=10 >"$T/one.log" 2>&1 &
 tpid=$!
 PIDS="$PIDS $tpid"
 for _ in $(seq 1 1200); do grep -q "dashboard of this run" "$T/one.log" && break; sleep 0.1; done

@@ -51,6 +51,10 @@ cat "$T/bench.log"
 cap=$(/usr/bin/python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["machine_Bps"])' "$TANDEM_BENCH_LOG" 2>/dev/null)
 echo "recorded capacity: ${cap:-none} bytes/s each way per machine"
 check '[ $rc -eq 0 ] && [ -n "$cap" ] && within "$cap" 12500000 && within 1250000 "$cap"'
+# and the link's CPU a byte (tandem plan --link-cpu): more than nothing, less than the two cores' whole time over
+# the bytes the 16 MB all-reduce carried each way (at >= 1.25 MB/s: 800 ns a byte per core)
+ns=$(sed -n 's/^# link CPU at .*: \([0-9.]*\) ns a byte each way per machine .*/\1/p' "$T/bench.log")
+check '[ -n "$ns" ] && within 0.01 "$ns" && within "$ns" 1600'
 
 run after 60
 check 'job after | grep -q "\"capacity\":{\"machine_Bps\":"'

@@ -27,7 +27,7 @@ OMP_NUM_THREADS=1 "$BIN" env >"$T/one.txt" 2>&1
 rc=$?
 cat "$T/one.txt"
 check '[ $rc -eq 0 ]'
-check '[ "$(row "$T/one.txt" CPUs)" = "$(getconf _NPROCESSORS_ONLN) online, $(nproc) usable by this process" ]'
+check '[ "$(row "$T/one.txt" CPUs)" = "$(getconf _NPROCESSORS_ONLN) online, $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) usable by this process" ]'
 mem=$(awk '/^MemTotal:/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
 check '[ "$(row "$T/one.txt" memory)" = "$mem" ]'
 numa=$(ls -d /sys/devices/system/node/node[0-9]* 2>/dev/null | wc -l)

@@ -10,11 +10,11 @@
 #  - the loss in the log is every rank's: at step 1 (same parameters everywhere) DiLoCo's logged loss equals
 #    plain DP's, and every step is logged once, in order;
 #  - checkpoints taken mid-round (an exchange in flight, residuals, outer momentum, each machine's own
-#    parameters and moments) resume bit-identically, with the same log, fp32 and int8; compressed DP too;
+#    parameters and moments) resume bit-identically, with the same log, fp32, int8 and int4; compressed DP too;
 #  - a DiLoCo checkpoint resumed on another topology says so and goes on; a restart after kill -9 ends
 #    bit-identical;
-#  - compression cuts the bytes (int8 about a quarter of fp32) and the run still learns; combinations that
-#    do not exist are one clear line.
+#  - compression cuts the bytes (int8 about a quarter of fp32, int4 a seventh) and the run still learns, plain DP
+#    and DiLoCo; combinations that do not exist are one clear line.
 set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
@@ -74,6 +74,7 @@ losses "$T/dl-2x1" | head -1
 
 # ---- resume mid-round (save at 5 and 10, rounds end at 4, 8, 12): bit-identical, the same log
 for mode in "sync_mode=diloco comm_compression=none" "sync_mode=diloco comm_compression=int8" \
+            "sync_mode=diloco comm_compression=int4" "comm_compression=int4" \
             "sync_mode=diloco comm_compression=bf16 diloco_overlap=false" "comm_compression=int8"; do
   tag=$(echo "$mode" | tr ' =' '_-')
   run "ra-$tag" 2 1 per_device_train_batch_size=8 diloco_inner_steps=4 save_steps=5 overwrite_output_dir=false $mode
@@ -110,6 +111,21 @@ check 'awk -v a="$i8" -v b="$fp" "BEGIN { exit !(a > 0.25 * b && a < 0.27 * b) }
 l32=$(losses "$T/c-fp32" | tail -1 | sed 's/.*loss": //') l8=$(losses "$T/c-int8" | tail -1 | sed 's/.*loss": //')
 echo "loss after 40 steps: fp32 $l32, int8 $l8"
 check 'awk -v a="$l8" -v b="$l32" "BEGIN { exit !(a < 1.02 * b && a < 3.5) }"'
+# int4: 0.5 + 4/64 bytes a value against 4 (a part's codes padded to whole floats: a little more)
+run c-int4 2 1 per_device_train_batch_size=8 max_steps=40 logging_steps=40 comm_compression=int4
+i4=$(sed -n 's/.*as int4 with error feedback: \([0-9.]*\) MB per step.*/\1/p' "$T/c-int4.log")
+l4=$(losses "$T/c-int4" | tail -1 | sed 's/.*loss": //')
+echo "int4: $i4 MB per step and machine, loss after 40 steps $l4"
+check 'awk -v a="$i4" -v b="$fp" "BEGIN { exit !(a > 0.140 * b && a < 0.15 * b) }"'
+check 'awk -v a="$l4" -v b="$l32" "BEGIN { exit !(a < 1.02 * b && a < 3.5) }"'
+# DiLoCo's pseudo-gradients as int4 learn as fp32 ones do
+run c-dl-fp32 2 1 per_device_train_batch_size=8 max_steps=40 logging_steps=40 sync_mode=diloco diloco_inner_steps=4
+run c-dl-int4 2 1 per_device_train_batch_size=8 max_steps=40 logging_steps=40 sync_mode=diloco diloco_inner_steps=4 \
+  comm_compression=int4
+d32=$(losses "$T/c-dl-fp32" | tail -1 | sed 's/.*loss": //') d4=$(losses "$T/c-dl-int4" | tail -1 | sed 's/.*loss": //')
+echo "DiLoCo loss after 40 steps: fp32 $d32, int4 $d4"
+check 'grep -q "pseudo-gradients (int4, error feedback)" "$T/c-dl-int4.log"'
+check 'awk -v a="$d4" -v b="$d32" "BEGIN { exit !(a < 1.02 * b && a < 3.5) }"'
 
 # ---- restart after kill -9 (2 ranks, one machine): bit-identical to the uninterrupted run
 ARGS="max_steps=120 save_steps=20 logging_steps=20 per_device_train_batch_size=32 overwrite_output_dir=false \
@@ -129,8 +145,8 @@ refused bad-zero 2 1 per_device_train_batch_size=8 sync_mode=diloco zero_stage=2
 check 'grep -q "sync_mode diloco keeps a whole replica on every machine: set zero_stage 0" "$T/bad-zero.log"'
 refused bad-bal 2 1 per_device_train_batch_size=8 sync_mode=diloco balance_ranks=true
 check 'grep -q "balance_ranks is for sync_mode ddp" "$T/bad-bal.log"'
-"$BIN" train "$EX/demo_addition.yaml" comm_compression=int4 output_dir="$T/x" >"$T/x.log" 2>&1
-check 'grep -q "key .comm_compression. expects none, bf16 or int8, got .int4." "$T/x.log"'
+"$BIN" train "$EX/demo_addition.yaml" comm_compression=int2 output_dir="$T/x" >"$T/x.log" 2>&1
+check 'grep -q "key .comm_compression. expects none, bf16, int8 or int4, got .int2." "$T/x.log"'
 refused uneven 3 2 per_device_train_batch_size=8 sync_mode=diloco
 check 'grep -q "sync_mode diloco needs the same number of ranks on every machine" "$T/uneven.log"'
 

@@ -21,8 +21,21 @@ check 'grep -q "^ddp .*(this config)" "$T/out" && grep -q "^this config runs ddp
 "$BIN" plan "$TINY" zero_stage=2 --machines 2 --link 100mbit --step-time 0.612 >"$T/z2" 2>&1
 check 'grep -q "^zero2 .*(this config)" "$T/z2"'
 "$BIN" plan "$TINY" sync_mode=diloco comm_compression=int8 --machines 2 --link 100mbit --step-time 0.612 --json >"$T/json" 2>&1
-check '[ "$(grep -c "^{\"strategy\"" "$T/json")" -eq 8 ] && grep -q "\"strategy\":\"diloco+int8\".*\"config\":true" "$T/json"'
+check '[ "$(grep -c "^{\"strategy\"" "$T/json")" -eq 10 ] && grep -q "\"strategy\":\"diloco+int8\".*\"config\":true" "$T/json"'
 check 'python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$T/json"'
+# the link's CPU (--link-cpu ns a byte) comes out of compute: DiLoCo's step (fp32: no codec time, its round hidden)
+# grows by exactly its bytes' CPU a step, and no strategy gets faster
+"$BIN" plan "$TINY" --machines 2 --link 100mbit --step-time 0.612 --json >"$T/cpu0" 2>&1
+"$BIN" plan "$TINY" --machines 2 --link 100mbit --step-time 0.612 --link-cpu 100 --json >"$T/cpu" 2>&1
+check 'python3 - "$T/cpu0" "$T/cpu" <<"PY"
+import json, sys
+a, b = ({r["strategy"]: r for r in map(json.loads, open(f))} for f in sys.argv[1:])
+d = b["diloco"]
+assert d["link_bytes"] > 1e6 and abs(d["step_s"] - a["diloco"]["step_s"] - 100e-9 * d["link_bytes"]) < 1e-5, (a["diloco"], d)
+assert all(b[s]["step_s"] >= a[s]["step_s"] - 1e-3 for s in a)
+PY'
+"$BIN" plan "$TINY" --machines 2 --link 100mbit --step-time 0.612 --link-cpu -1 >"$T/badcpu" 2>&1
+check 'grep -q "link-cpu expects a number >= 0" "$T/badcpu"'
 # compute-bound: 10 Gbit/s, the simplest strategy wins
 "$BIN" plan "$TINY" --machines 2 --link 10gbit --step-time 0.612 >"$T/fast" 2>&1
 check 'grep -q "^best: ddp " "$T/fast" && grep -q "^why: compute-bound" "$T/fast"'

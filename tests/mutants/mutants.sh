@@ -275,6 +275,9 @@ mutant plan-balanced-shards-sent-to-one-owner trainer/plan.c \
   test_unit_plan
 mutant plan-zero2-formula trainer/plan.c \
   'case TN_PLAN_ZERO2: state = 4 * P + 12 * P / N; break;' 'case TN_PLAN_ZERO2: state = 8 * P + 8 * P / N; break;' test_unit_plan
+mutant plan-link-cpu-not-shared-by-ranks trainer/plan.c \
+  'busier.compute_s += c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine;' \
+  'busier.compute_s += c->link_cpu_s_per_byte * r->link_bytes;' test_unit_plan
 # ZeRO's balanced shards (tests/unit/test_unit_shard_layout.c): the owner of a chunk, the optimizer's packed moments,
 # a checkpoint shard's packed moments
 mutant shard-chunk-owner-off-by-one trainer/shard_layout.c \
@@ -285,6 +288,20 @@ mutant adamw-span-moments-not-packed trainer/optimizer.c \
 mutant checkpoint-span-moments-not-packed trainer/checkpoint.c \
   'size_t src = (from + a - have[i].lo) * sizeof(float)' 'size_t src = (a - have[i].lo) * sizeof(float)' \
   test_unit_shard_layout
+# diloco_sync_steps (tests/cli/test_diloco_sync.sh): rounds aligned to step N, the phase's global sums, the consensus at N
+mutant diloco-rounds-not-offset-by-sync-steps trainer/diloco.c \
+  'if ((st->step - d->first) % d->H == 0' 'if (st->step % d->H == 0' test_diloco_sync.sh
+mutant diloco-sync-phase-sums-machine-local trainer/sync_diloco.c \
+  '    s->sync = ds->global, s->local = 0;' '    s->sync = ds->global;' test_diloco_sync.sh
+mutant diloco-rounds-start-from-step-0 trainer/sync_diloco.c \
+  '    tn_diloco_start(ds->d, ds->sync_steps);
+}' '    if (ds->base.start_step >= ds->sync_steps) tn_diloco_start(ds->d, ds->sync_steps);
+}' test_diloco_sync.sh
+# comm_compression: int4 (tests/unit/test_unit_compress.c): nibbles sign-extended, the scale max|y| / 7
+mutant int4-nibble-not-sign-extended comm/compress.c \
+  'return (float)(v >= 8 ? (int)v - 16 : (int)v);' 'return (float)v;' test_unit_compress
+mutant int4-scale-of-eight-levels comm/compress.c \
+  'float scale = amax / L, inv' 'float scale = amax / (L == 7.0f ? 8.0f : L), inv' test_unit_compress
 # The GPU path's host side, on the fake device and hand-made records (issue 32)
 mutant diloco-memcpy-from-device-slab trainer/diloco.c \
   'd->m->be->download(d->g, d->m->slab, d->n);' 'memcpy(d->g, d->m->slab, d->n * sizeof *d->g);' test_unit_sync_device

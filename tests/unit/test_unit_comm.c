@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -428,6 +429,33 @@ static void test_errors(tn_comm *c) {
     CHECK(tn_comm_bcast(c, &R, sizeof R, -1) == -1);
 }
 
+/* A peer that comes late must not cost the waiting rank a core: rank 0's all-reduce waits ~0.4 s for the others,
+ * and its progress thread polls with backoff (up to poll_max_us, 1 ms by default, between polls; comm_progress.c),
+ * so it runs ~420 polls of a few MPI calls each. Even at 100 us of CPU a poll that is 42 ms: under 10% of the
+ * wait, where a progress thread that spins uses the whole core it is given. Rank 0 checks its own thread; the
+ * result is shared so every rank reports the same verdict. */
+static void test_slow_peer_cpu(tn_comm *c) {
+    if (P < 2 || getenv("TANDEM_COMM_POLL_US")) return; /* the bound assumes the default poll interval */
+    float x = 1;
+    CHECK(tn_comm_barrier(c) == 0);
+    if (R > 0) {
+        struct timespec ts = {0, 400000000L};
+        nanosleep(&ts, NULL);
+    }
+    tn_comm_stats a, b;
+    tn_comm_get_stats(c, &a);
+    double t0 = tn_now();
+    tn_comm_op *op = tn_comm_iallreduce_f32(c, &x, 1);
+    CHECK(op && tn_comm_wait(op) == 0);
+    double waited = tn_now() - t0;
+    tn_comm_get_stats(c, &b);
+    double share[2] = {R == 0 ? (b.progress_cpu_s - a.progress_cpu_s) / waited : 0, R == 0 ? waited : 0};
+    CHECK(tn_comm_allreduce_f64(c, share, 2) == 0);
+    CHECKF(share[1] > 0.3 && share[0] < 0.10, "rank 0 waited %.3f s for a late peer; its progress thread used "
+           "%.1f%% of a core meanwhile (bound 10%%)", share[1], 100 * share[0]);
+    CHECK(x == (float)P);
+}
+
 int main(int argc, char **argv) {
     tn_comm *c = tn_comm_init(&argc, &argv);
     if (!c) {
@@ -440,6 +468,7 @@ int main(int argc, char **argv) {
     test_small(c);
     test_allreduce(c);
     test_iallreduce(c);
+    test_slow_peer_cpu(c);
     test_rs_ag(c);
     test_shard_ranges(c);
     test_exchange(c);

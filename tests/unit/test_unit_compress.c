@@ -5,7 +5,9 @@
  * forward until the four sends sum exactly to four times the input; over many random rounds the sum of
  * what was sent equals the sum of the inputs minus the final residual, whereas without feedback the
  * error grows with the number of rounds. Non-finite inputs decode non-finite (the step is skipped) and
- * leave no non-finite residual. */
+ * leave no non-finite residual. int4 = per block of 64, scale max|y| / 7, q = round-half-even(y * 7 / max|y|)
+ * in [-7, 7] as two's-complement nibbles, value 2k low in byte k; with feedback the sum sent over many rounds
+ * stays within half a quantisation step (the last round's block scale / 2) of the sum of the inputs. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -27,8 +29,14 @@ static void test_sizes(void) {
     CHECK(tn_codec_parse("none", &c) == 0 && c == TN_CODEC_FP32);
     CHECK(tn_codec_parse("bf16", &c) == 0 && c == TN_CODEC_BF16);
     CHECK(tn_codec_parse("int8", &c) == 0 && c == TN_CODEC_INT8);
-    CHECK(tn_codec_parse("int4", &c) == -1);
+    CHECK(tn_codec_parse("int4", &c) == 0 && c == TN_CODEC_INT4);
+    CHECK(tn_codec_parse("int2", &c) == -1);
     CHECK(strcmp(tn_codec_name(TN_CODEC_INT8), "int8") == 0);
+    CHECK(strcmp(tn_codec_name(TN_CODEC_INT4), "int4") == 0);
+    CHECK(tn_codec_bytes(TN_CODEC_INT4, 4) == 8);    /* one scale + 2 bytes of codes, padded */
+    CHECK(tn_codec_bytes(TN_CODEC_INT4, 64) == 36);  /* one scale + 32 bytes */
+    CHECK(tn_codec_bytes(TN_CODEC_INT4, 67) == 44);  /* two scales + 34 bytes (67 nibbles), padded */
+    CHECK(tn_codec_bytes(TN_CODEC_INT4, 128) == 72);
 }
 
 static void test_bf16_rounding(void) {
@@ -78,6 +86,77 @@ static void test_int8_blocks(void) {
     tn_codec_encode(TN_CODEC_INT8, tiny, r4, 4, enc);
     tn_codec_decode(TN_CODEC_INT8, enc, 4, o4, 0);
     CHECK(o4[0] == 0 && o4[1] == 0 && r4[0] == 1e-40f && r4[1] == -2e-40f);
+}
+
+static void test_int4_blocks(void) {
+    /* block 0 (64 values): max 7, scale 1: 7 -> 7, -3.5 -> -4 (to even), 2.5 -> 2, 0.4 -> 0, -7 -> -7,
+     * 1.5 -> 2, -0.5 -> -0 -> 0; the rest 0. block 1 (3 values): max 14, scale 2, 7/14 = 0.5: 14 -> 7,
+     * 3 -> 1.5 -> 2 (decodes 4), -1 -> -0.5 -> 0. Nibbles: byte 0 = 7 | -4 << 4 = 0xC7, byte 1 = 2 | 0 << 4,
+     * byte 2 = -7 (0x9) | 2 << 4 = 0x29, byte 3 = 0; byte 32 = 7 | 2 << 4 = 0x27, byte 33 = 0 (and padding). */
+    enum { N = 67 };
+    float x[N] = {0}, res[N] = {0}, out[N];
+    x[0] = 7, x[1] = -3.5f, x[2] = 2.5f, x[3] = 0.4f, x[4] = -7, x[5] = 1.5f, x[6] = -0.5f;
+    x[64] = 14, x[65] = 3, x[66] = -1;
+    unsigned char enc[44];
+    memset(enc, 0xAB, sizeof enc);
+    tn_codec_encode(TN_CODEC_INT4, x, res, N, enc);
+    float s0, s1;
+    memcpy(&s0, enc, 4), memcpy(&s1, enc + 4, 4);
+    CHECKF(s0 == 1.0f && s1 == 2.0f, "int4 scales %g %g, expected 1 and 2", s0, s1);
+    const unsigned char *q = enc + 8;
+    CHECKF(q[0] == 0xC7 && q[1] == 0x02 && q[2] == 0x29 && q[3] == 0 && q[31] == 0, "int4 codes %02x %02x %02x %02x",
+           q[0], q[1], q[2], q[3]);
+    CHECKF(q[32] == 0x27 && q[33] == 0 && q[34] == 0 && q[35] == 0, "int4 block 1 codes %02x %02x, padding %02x %02x",
+           q[32], q[33], q[34], q[35]);
+    tn_codec_decode(TN_CODEC_INT4, enc, N, out, 0);
+    float want[N] = {0}, want_res[N] = {0};
+    want[0] = 7, want[1] = -4, want[2] = 2, want[4] = -7, want[5] = 2, want[64] = 14, want[65] = 4;
+    want_res[1] = 0.5f, want_res[2] = 0.5f, want_res[3] = 0.4f, want_res[5] = -0.5f, want_res[6] = -0.5f;
+    want_res[65] = -1, want_res[66] = -1;
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += out[i] != want[i] || res[i] != want_res[i];
+    CHECKF(bad == 0, "int4: %d values or residuals differ from the hand-derived ones", bad);
+    for (int i = 0; i < N; i++) out[i] = 1.0f;
+    tn_codec_decode(TN_CODEC_INT4, enc, N, out, 1);
+    CHECK(out[0] == 8 && out[1] == -3 && out[4] == -6 && out[65] == 5 && out[66] == 1);
+    /* every code survives its nibble: y = k for k in -7..7 over one block of max 7 */
+    float k15[16], r15[16] = {0}, o15[16];
+    for (int i = 0; i < 15; i++) k15[i] = (float)(i - 7);
+    k15[15] = 0;
+    tn_codec_encode(TN_CODEC_INT4, k15, r15, 16, enc);
+    tn_codec_decode(TN_CODEC_INT4, enc, 16, o15, 0);
+    bad = 0;
+    for (int i = 0; i < 16; i++) bad += o15[i] != k15[i] || r15[i] != 0;
+    CHECKF(bad == 0, "int4: %d of the codes -7..7 do not come back exactly", bad);
+}
+
+/* With feedback, what K rounds sent differs from what they were given by the last residual, and that is at
+ * most half a step of its block: |y - q s| <= s / 2 (codes reach max|y|, so none is clipped), s = max|y| / 7. */
+static void test_int4_half_step(void) {
+    enum { N = 1000, K = 200 };
+    tn_rng rng;
+    tn_rng_seed(&rng, 11);
+    float *x = tn_xmalloc(N * sizeof *x), *e = tn_xcalloc(N, sizeof *e), *d = tn_xmalloc(N * sizeof *d);
+    double *sx = tn_xcalloc(N, sizeof *sx), *sd = tn_xcalloc(N, sizeof *sd);
+    unsigned char *enc = tn_xmalloc(tn_codec_bytes(TN_CODEC_INT4, N));
+    double ymax = 0;
+    for (int k = 0; k < K; k++) {
+        for (int i = 0; i < N; i++) x[i] = (float)(tn_rng_normal(&rng) * (1 + i % 5)), sx[i] += x[i];
+        for (int i = 0; i < N; i++) ymax = fmax(ymax, fabs((double)x[i] + e[i]));
+        tn_codec_encode(TN_CODEC_INT4, x, e, N, enc);
+        tn_codec_decode(TN_CODEC_INT4, enc, N, d, 0);
+        for (int i = 0; i < N; i++) sd[i] += d[i];
+    }
+    /* the float roundings of y and e per round (test_feedback_random), and of the last e against s / 2 */
+    double worst = 0, slack = (2.0 * K + 4) * ymax * FLT_EPSILON;
+    for (int i = 0; i < N; i++) {
+        float s;
+        memcpy(&s, enc + 4 * (i / TN_INT4_BLOCK), 4);
+        double over = fabs(sx[i] - sd[i]) - (0.5 * s + slack);
+        worst = fmax(worst, over);
+    }
+    CHECKF(worst <= 0, "int4 with feedback: the sum sent strays %g past half a step from the sum of the inputs", worst);
+    free(x), free(e), free(d), free(sx), free(sd), free(enc);
 }
 
 static void test_feedback_hand(void) {
@@ -153,6 +232,17 @@ static void test_nonfinite(void) {
     tn_codec_encode(TN_CODEC_BF16, &nanv, &rn, 1, h);
     tn_codec_decode(TN_CODEC_BF16, h, 1, &on, 0);
     CHECK(isnan(on) && rn == 0);
+    /* int4: a NaN in block 1 of 2 makes that block NaN and zeroes its residual; block 0 is untouched */
+    float x4[128], r4[128], o4[128];
+    unsigned char e4[72];
+    for (int i = 0; i < 128; i++) x4[i] = (float)(i % 9) - 4.0f, r4[i] = 0.125f;
+    x4[100] = NAN;
+    tn_codec_encode(TN_CODEC_INT4, x4, r4, 128, e4);
+    tn_codec_decode(TN_CODEC_INT4, e4, 128, o4, 0);
+    int n0 = 0, f0 = 0;
+    for (int i = 64; i < 128; i++) n0 += isnan(o4[i]) && r4[i] == 0;
+    for (int i = 0; i < 64; i++) f0 += isfinite(o4[i]) && isfinite(r4[i]);
+    CHECKF(n0 == 64 && f0 == 64, "int4 NaN block: %d of 64 NaN with zero residual, %d of 64 finite elsewhere", n0, f0);
 }
 
 int main(void) {
@@ -162,6 +252,9 @@ int main(void) {
     test_feedback_hand();
     test_feedback_random(TN_CODEC_BF16);
     test_feedback_random(TN_CODEC_INT8);
+    test_int4_blocks();
+    test_int4_half_step();
+    test_feedback_random(TN_CODEC_INT4);
     test_nonfinite();
     return tl_done("test_unit_compress");
 }

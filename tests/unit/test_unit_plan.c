@@ -88,6 +88,8 @@ static void test_four_machines(void) {
     CHECK_NEAR(r[TN_PLAN_DDP].link_bytes, 6e6, 1e-6);
     CHECK_NEAR(r[TN_PLAN_DDP_BF16].link_bytes, 6e6, 1e-6);
     CHECK_NEAR(r[TN_PLAN_DDP_INT8].link_bytes, 3e6 * (1 + 4.0 / 256), 1e-6);
+    CHECK_NEAR(r[TN_PLAN_DDP_INT4].link_bytes, 3e6 * (0.5 + 4.0 / 64), 1e-6); /* 4 bits + a scale per 64 */
+    CHECK_NEAR(r[TN_PLAN_DILOCO_INT4].link_bytes, 3e6 * (0.5 + 4.0 / 64) / j.diloco_h, 1e-6);
     CHECK_NEAR(r[TN_PLAN_ZERO3].memory_bytes, 16e6 / 4, 1e-3);
     /* memory decides: with 6 MB a rank only ZeRO-3's 4 MB fits */
     c.rank_memory_bytes = 6e6;
@@ -107,6 +109,31 @@ static void test_codec_cost(void) {
     tn_plan_predict(&j, &c, r);
     double link = 1e6 * (1 + 4.0 / 256) / 1e9;
     CHECK_NEAR(r[TN_PLAN_DDP_INT8].step_s, 1 + link / 8 + 1e6 * (1e-8 + 2e-9), 1e-12);
+}
+
+/* Moving bytes costs the ranks' cores: 25 ns a byte of link traffic. DDP's 4 MB each way take 0.1 s of CPU from
+ * the 1 s of compute, so its exchange starts at 1.1 x (1/3 + 1/12) and still takes 4 s; two ranks a machine share
+ * it (0.05 s each), and their local sum adds 2 (R-1)/R G at 5 GB/s to the exchange. DiLoCo's 4 MB a round is 0.5 MB
+ * a step: 12.5 ms, its round still hidden. One machine moves nothing: no cost. */
+static void test_link_cpu(void) {
+    tn_plan_job j = job_1m();
+    tn_plan_cluster c = cluster(2, 1, 1e6);
+    c.link_cpu_s_per_byte = 25e-9;
+    tn_plan_row r[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 4 + 1.1 * (1.0 / 3 + 1.0 / 12), 1e-9);
+    CHECK_NEAR(r[TN_PLAN_DDP].exposed_s, 4 + 1.1 * (1.0 / 3 + 1.0 / 12) - 1, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_DILOCO].step_s, 1.0125 + 6 * 4e6 / 5e9 / 8, 1e-9);
+    c = cluster(2, 2, 1e6);
+    c.link_cpu_s_per_byte = 25e-9;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 4 + 4e6 / 5e9 + 1.05 * (1.0 / 3 + 1.0 / 12), 1e-9);
+    c = cluster(1, 2, 1e6);
+    tn_plan_row free_cpu[TN_PLAN_N];
+    tn_plan_predict(&j, &c, free_cpu);
+    c.link_cpu_s_per_byte = 25e-9;
+    tn_plan_predict(&j, &c, r);
+    for (int s = 0; s < TN_PLAN_N; s++) CHECK(r[s].step_s == free_cpu[s].step_s);
 }
 
 static void test_parse_link(void) {
@@ -162,6 +189,7 @@ int main(void) {
     test_two_machines();
     test_four_machines();
     test_codec_cost();
+    test_link_cpu();
     test_parse_link();
     return tl_done("test_unit_plan");
 }

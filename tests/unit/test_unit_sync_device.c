@@ -158,7 +158,7 @@ static void test_diloco(tn_comm *c, int nesterov, int overlap) {
     tn_diloco *d = tn_diloco_create(c, &m, &cfg);
     CHECKF(d != NULL, "%s: %s", what, tn_errmsg());
     if (!d) return;
-    tn_diloco_start(d);
+    tn_diloco_start(d, 0);
     int step = 0;
     for (int round = 0; round < 2; round++) {
         train_round(&m, d, &step, round == 1);
