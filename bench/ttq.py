@@ -395,7 +395,13 @@ def main():
     elif a.part == "explore":
         (with_netns if a.netns else (lambda f: f()))(lambda: run_all(a, recipes, a.netns))
     elif a.part == "steptime":
-        with_netns(lambda: run_all(a, recipes, True, [f"max_steps={a.steps}", "eval_steps=1000000"]))
+        rows = with_netns(lambda: run_all(a, recipes, True, [f"max_steps={a.steps}", "eval_steps=1000000"]))
+        print("| kind | run | machines | keys | ms/step (mean from step 1, evaluation excluded) | MB sent per step "
+              "by each machine | load |")
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['kind']} | {r['name']} | {r['machines']} | {' '.join(r['keys'][:-2])} | {r['ms_step']:.1f} | "
+                  f"{r['sent']} | {r['load']:.1f} |")
     elif a.part == "table":
         table(a)
     elif a.part == "headline":
