@@ -298,7 +298,8 @@ def table(a):
     ref = loss.get((a.ref, False))
     target = a.target or (ref["final"] if ref else None)
     print(f"\n{a.kind}: target eval loss {target}; step times from netns runs where measured\n")
-    print("| run | machines | keys | steps x samples | final eval | steps to target | tokens to target (M) | "
+    unit = "tokens to target (M)" if a.kind == "ft" else "samples to target (M)"
+    print(f"| run | machines | keys | steps x samples | final eval | steps to target | {unit} | "
           "ms/step (netns) | time to target s | vs ref |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     tref = None
