@@ -26,9 +26,11 @@ from bench_dp import BIN, ENV, KIT, SHAPE, run, tandem_json  # noqa: E402
 
 ENV["TANDEM_NETNS"] = "tplan"  # its own namespaces: another bench's kit (bench_dp.py's "tbench") may be up
 DILOCO_H = 8  # the config default (train_config.c): the plan reads it from the preset's YAML
-FLAGS = {"ddp": [], "ddp+bf16": ["--compress", "bf16"], "ddp+int8": ["--compress", "int8"], "zero1": ["--zero", "1"],
-         "zero2": ["--zero", "2"], "zero3": ["--zero", "3"], "diloco": ["--diloco", str(DILOCO_H)],
-         "diloco+int8": ["--diloco", str(DILOCO_H), "--compress", "int8"]}
+FLAGS = {"ddp": [], "ddp+bf16": ["--compress", "bf16"], "ddp+int8": ["--compress", "int8"],
+         "ddp+int4": ["--compress", "int4"], "zero1": ["--zero", "1"], "zero2": ["--zero", "2"],
+         "zero3": ["--zero", "3"], "diloco": ["--diloco", str(DILOCO_H)],
+         "diloco+int8": ["--diloco", str(DILOCO_H), "--compress", "int8"],
+         "diloco+int4": ["--diloco", str(DILOCO_H), "--compress", "int4"]}
 # (setup, preset, machines, ranks per machine, strategies)
 SETUPS = {
     "local": ("small", 1, 2, ["ddp", "zero1", "zero2", "zero3"]),

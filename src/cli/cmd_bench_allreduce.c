@@ -116,12 +116,12 @@ static int measure(tn_comm *c, int mpi, float *buf, size_t n, int iters, int war
 }
 
 /* Rank 0: the largest size's rate between these machines, for the dashboard of later jobs on them. */
-static void record_capacity(const tn_comm *c, double bytes, double sec) {
+static void record_capacity(const tn_comm *c, double bytes, double sec, double cpu_s_per_byte) {
     int n = tn_comm_get_info(c)->size;
     const char **hosts = tn_xmalloc((size_t)n * sizeof *hosts);
     for (int r = 0; r < n; r++) hosts[r] = tn_comm_host_of(c, r);
     char *path = tn_link_capacity_path();
-    if (tn_link_capacity_record(hosts, n, bytes, sec) == 0)
+    if (tn_link_capacity_record(hosts, n, bytes, sec, cpu_s_per_byte) == 0)
         printf("# link capacity between these machines (%.0f MB in %.4f s) recorded in %s (tandem's dashboard shows it)\n",
                bytes / 1e6, sec, path);
     else
@@ -152,8 +152,9 @@ static int machines_sharing_kernel(tn_comm *c) {
 }
 
 /* Rank 0 prints the link's CPU ns a byte (see the top): every machine's processes and its kernel share, over the
- * bytes each machine's link carried each way (a ring all-reduce: 2 (M-1)/M of the buffer), the mean machine. */
-static int report_link_cpu(tn_comm *c, const row *t, double bytes, int iters) {
+ * bytes each machine's link carried each way (a ring all-reduce: 2 (M-1)/M of the buffer), the mean machine.
+ * Every rank gets it in *cpu_s_per_byte (0 when nothing crossed), which rank 0 records with the link's rate. */
+static int report_link_cpu(tn_comm *c, const row *t, double bytes, int iters, double *cpu_s_per_byte) {
     const tn_comm_info *in = tn_comm_get_info(c);
     int sharing = machines_sharing_kernel(c); /* collective: every rank */
     double kernel = in->local_rank == 0 ? t->kernel_s / sharing : 0;
@@ -164,6 +165,7 @@ static int report_link_cpu(tn_comm *c, const row *t, double bytes, int iters) {
         printf("# link CPU at %.0f MB: %.1f ns a byte each way per machine (processes %.1f, kernel irq+softirq %.1f): "
                "tandem plan --link-cpu %.1f\n", bytes / 1e6, 1e9 * (sums[0] + sums[1]) / each_way,
                1e9 * sums[0] / each_way, 1e9 * sums[1] / each_way, 1e9 * (sums[0] + sums[1]) / each_way);
+    *cpu_s_per_byte = each_way > 0 ? (sums[0] + sums[1]) / each_way : 0;
     return 0;
 }
 
@@ -230,7 +232,8 @@ int tn_cmd_bench_allreduce(int argc, char **argv) {
         }
         if (bytes > hi / 2) break; /* no overflow past hi */
     }
-    if (in->n_nodes > 1 && report_link_cpu(c, &top, top_bytes, iters) != 0) goto fail;
+    double link_cpu = 0; /* s a byte, for link_capacity.h */
+    if (in->n_nodes > 1 && report_link_cpu(c, &top, top_bytes, iters, &link_cpu) != 0) goto fail;
     tn_comm_stats st;
     tn_comm_get_stats(c, &st);
     double cpu_busy[2] = {st.progress_cpu_s, st.progress_busy_s};
@@ -241,7 +244,7 @@ int tn_cmd_bench_allreduce(int argc, char **argv) {
                    "core; tandem phase wall %.1f s\n", cpu_busy[0] / in->size, cpu_busy[1] / in->size,
                    100.0 * cpu_busy[0] / cpu_busy[1], tandem_wall);
         printf("# %s: %.0f wrong elements\n", wrong == 0 ? "check ok" : "CHECK FAILED", wrong);
-        if (wrong == 0 && in->n_nodes > 1) record_capacity(c, top_bytes, top_sec);
+        if (wrong == 0 && in->n_nodes > 1) record_capacity(c, top_bytes, top_sec, link_cpu);
     }
     tn_free_aligned(buf);
     tn_comm_finalize(c);

@@ -84,7 +84,9 @@ static int cluster_from_args(const plan_args *a, tn_plan_cluster *c, double *mea
         if (!a->ranks_per_machine) c->ranks_per_machine = (hf.total_slots + hf.n - 1) / hf.n;
         const char **names = tn_xcalloc((size_t)hf.n, sizeof *names);
         for (int i = 0; i < hf.n; i++) names[i] = hf.hosts[i].name;
-        int found = !a->link && hf.n > 1 ? tn_link_capacity_find(names, hf.n, &c->link_Bps, measured_at) : 0;
+        double cpu = 0; /* the record's CPU a byte, unless --link-cpu says */
+        int found = !a->link && hf.n > 1 ? tn_link_capacity_find(names, hf.n, &c->link_Bps, measured_at, &cpu) : 0;
+        if (found == 1 && a->link_cpu_ns <= 0) c->link_cpu_s_per_byte = cpu;
         int n_hosts = hf.n;
         free(names);
         tn_hostfile_free(&hf);

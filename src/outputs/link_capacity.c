@@ -30,7 +30,7 @@ static cJSON *machine_set(const char *const *hosts, int n) {
     return arr;
 }
 
-int tn_link_capacity_record(const char *const *hosts, int n_ranks, double bytes, double seconds) {
+int tn_link_capacity_record(const char *const *hosts, int n_ranks, double bytes, double seconds, double cpu_s_per_byte) {
     cJSON *set = machine_set(hosts, n_ranks);
     int m = cJSON_GetArraySize(set);
     if (m < 2 || seconds <= 0) { /* one machine: no link between machines was measured */
@@ -44,6 +44,7 @@ int tn_link_capacity_record(const char *const *hosts, int n_ranks, double bytes,
     cJSON_AddNumberToObject(o, "seconds", seconds);
     cJSON_AddNumberToObject(o, "machine_Bps", 2.0 * (m - 1) / m * bytes / seconds);
     cJSON_AddNumberToObject(o, "time", (double)time(NULL));
+    if (cpu_s_per_byte > 0) cJSON_AddNumberToObject(o, "link_cpu_ns", cpu_s_per_byte * 1e9);
     char *line = cJSON_PrintUnformatted(o), *path = tn_link_capacity_path();
     cJSON_Delete(o);
     char *dir = tn_xstrdup(path), *slash = strrchr(dir, '/');
@@ -57,7 +58,8 @@ int tn_link_capacity_record(const char *const *hosts, int n_ranks, double bytes,
     return rc;
 }
 
-int tn_link_capacity_find(const char *const *hosts, int n_ranks, double *machine_Bps, double *when) {
+int tn_link_capacity_find(const char *const *hosts, int n_ranks, double *machine_Bps, double *when,
+                          double *cpu_s_per_byte) {
     char *path = tn_link_capacity_path();
     size_t len = 0;
     char *text = tn_file_exists(path) ? tn_read_file(path, &len, (size_t)64 << 20) : NULL;
@@ -70,9 +72,11 @@ int tn_link_capacity_find(const char *const *hosts, int n_ranks, double *machine
         if (next) *next++ = 0;
         cJSON *o = cJSON_Parse(line);
         const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "hosts"),
-                    *r = cJSON_GetObjectItemCaseSensitive(o, "machine_Bps"), *t = cJSON_GetObjectItemCaseSensitive(o, "time");
+                    *r = cJSON_GetObjectItemCaseSensitive(o, "machine_Bps"), *t = cJSON_GetObjectItemCaseSensitive(o, "time"),
+                    *cpu = cJSON_GetObjectItemCaseSensitive(o, "link_cpu_ns");
         if (h && cJSON_Compare(h, want, 1) && cJSON_IsNumber(r) && r->valuedouble > 0) { /* the newest wins */
             *machine_Bps = r->valuedouble, *when = cJSON_IsNumber(t) ? t->valuedouble : 0;
+            if (cpu_s_per_byte) *cpu_s_per_byte = cJSON_IsNumber(cpu) && cpu->valuedouble > 0 ? cpu->valuedouble * 1e-9 : 0;
             found = 1;
         }
         cJSON_Delete(o);

@@ -181,7 +181,7 @@ static void add_capacity(cJSON *job, const tn_comm *comm, int world, int n_nodes
     if (n_nodes < 2) {
         snprintf(note_text, sizeof note_text, "one machine: the ranks exchange through shared memory, no network link");
         cJSON_AddNullToObject(job, "capacity");
-    } else if (tn_link_capacity_find(hosts, world, &bps, &when)) {
+    } else if (tn_link_capacity_find(hosts, world, &bps, &when, NULL)) {
         cJSON *c = cJSON_AddObjectToObject(job, "capacity");
         cJSON_AddNumberToObject(c, "machine_Bps", bps);
         cJSON_AddNumberToObject(c, "time", when);

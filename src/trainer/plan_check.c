@@ -11,12 +11,13 @@
 #include "trainer/plan.h"
 
 
-/* The link as bench allreduce recorded it between these machines; 0 when never measured. */
-static double recorded_link(const tn_comm *comm, int world) {
+/* The link as bench allreduce recorded it between these machines, and the CPU a byte of it cost; 0 when never
+ * measured. */
+static double recorded_link(const tn_comm *comm, int world, double *cpu_s_per_byte) {
     const char **hosts = tn_xmalloc((size_t)world * sizeof *hosts);
     for (int r = 0; r < world; r++) hosts[r] = tn_comm_host_of(comm, r);
     double bps = 0, when = 0;
-    if (tn_link_capacity_find(hosts, world, &bps, &when) != 1) bps = 0;
+    if (tn_link_capacity_find(hosts, world, &bps, &when, cpu_s_per_byte) != 1) bps = 0, *cpu_s_per_byte = 0;
     free(hosts);
     return bps;
 }
@@ -62,7 +63,7 @@ void tn_plan_check(const tn_train_config *cfg, const tn_comm *comm, double step_
     if (rc != 0) return; /* a model family the plan does not know: nothing to say */
     tn_plan_cluster c = {.machines = in->n_nodes, .ranks_per_machine = in->local_size, .link_latency_s = 1e-4,
                          .local_Bps = TN_PLAN_LOCAL_BPS};
-    c.link_Bps = in->n_nodes > 1 ? recorded_link(comm, in->size) : TN_PLAN_LOCAL_BPS;
+    c.link_Bps = in->n_nodes > 1 ? recorded_link(comm, in->size, &c.link_cpu_s_per_byte) : TN_PLAN_LOCAL_BPS;
     if (c.link_Bps <= 0) {
         fprintf(out, "tandem: plan: %.3f s a step measured (%.3f s of it compute); the link between these machines "
                 "was never measured (`tandem bench allreduce` records it), so no prediction\n", step_s, compute_s);

@@ -6,6 +6,7 @@
  * CPU account (serve/dashboard.h: a thread of its own that burns a known CPU time is counted to below a clock tick).
  * Every expected value is worked out by hand in the comments. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,13 +307,16 @@ static void test_link_capacity(void) {
     char *path = tmp_path("bench.jsonl");
     setenv("TANDEM_BENCH_LOG", path, 1);
     const char *one[] = {"a", "a"}, *three[] = {"b", "a", "b"}, *ab[] = {"a", "b"}, *ac[] = {"a", "c"};
-    CHECK(tn_link_capacity_record(one, 2, 1e8, 2) == 0 && !tn_file_exists(path)); /* one machine: nothing */
+    CHECK(tn_link_capacity_record(one, 2, 1e8, 2, 0) == 0 && !tn_file_exists(path)); /* one machine: nothing */
     /* 2 machines, 1e8 bytes in 2 s: each leader sends 2 (2-1)/2 x 1e8 = 1e8 bytes per call: 5e7 bytes/s */
-    CHECK(tn_link_capacity_record(three, 3, 1e8, 2) == 0);
-    CHECK(tn_link_capacity_record(ab, 2, 1e8, 4) == 0); /* the newer one wins: 2.5e7 */
-    double bps = 0, when = 0;
-    CHECK(tn_link_capacity_find(ab, 2, &bps, &when) == 1 && bps == 2.5e7 && when > 1.6e9);
-    CHECK(tn_link_capacity_find(ac, 2, &bps, &when) == 0);
+    CHECK(tn_link_capacity_record(three, 3, 1e8, 2, 0) == 0);
+    CHECK(tn_link_capacity_record(ab, 2, 1e8, 4, 20e-9) == 0); /* the newer one wins: 2.5e7 */
+    double bps = 0, when = 0, cpu = -1;
+    CHECK(tn_link_capacity_find(ab, 2, &bps, &when, &cpu) == 1 && bps == 2.5e7 && when > 1.6e9 &&
+          fabs(cpu - 20e-9) < 1e-15);
+    CHECK(tn_link_capacity_find(ac, 2, &bps, &when, NULL) == 0);
+    CHECK(tn_link_capacity_record(ab, 2, 1e8, 1, 0) == 0); /* newest again, its CPU not measured: 0, not the older 20 */
+    CHECK(tn_link_capacity_find(ab, 2, &bps, &when, &cpu) == 1 && bps == 1e8 && cpu == 0);
     unsetenv("TANDEM_BENCH_LOG");
     free(path);
 }
