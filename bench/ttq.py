@@ -340,7 +340,7 @@ def plot(a, kind, names, target, path):
         x.legend(fontsize=8)
     what = "full training (stage pt)" if kind == "ft" else "LoRA SFT"
     ax[0].set_title(f"{what}: eval loss against tokens")
-    ax[1].set_title(f"{what}: eval loss against time (2 machines: 100 Mbit/s)")
+    ax[1].set_title(f"{what}: eval loss against training time")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     log(f"wrote {path}")
