@@ -191,6 +191,9 @@ def launch(a, recipe, core, netns, extra=()):
     if os.path.exists(out):
         shutil.rmtree(out)
     yaml = p["pt"] if kind == "ft" else p["sft"]
+    if kind == "lora" and not os.path.exists(os.path.join(p["base"], "model.safetensors")):
+        sys.exit(f"ttq: LoRA runs need a base model in {p['base']}: copy config.json, model.safetensors and "
+                 "tokenizer*.json of a finished full-training run there (docs/performance.md used runs/ft-b4-lr5e-3)")
     shutil.copy(yaml, out + ".yaml")
     keys = list(keys) + list(extra)
     cmd = command(a, machines, yaml, out, keys, core, netns)
