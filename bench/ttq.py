@@ -3,7 +3,7 @@ one-machine recipe, full training (`stage: pt`) and LoRA SFT, on a small Qwen3 a
 
 Inputs (bench/ttq_data.py, generated under --work, nothing committed): Qwen3's tokenizer cut to its bytes + 1792
 merges (2074 tokens), a fresh Qwen3 (hidden 128, 4 layers, tied embeddings: 1.06M parameters, 4.2 MB of fp32
-gradients), the Python 3.11 + Perl 5.36 sources Debian installs as `stage: pt` text (~11M tokens, 24 rows held
+gradients), the Python 3.11 + Perl 5.36 sources Debian installs as `stage: pt` text (12.6M tokens, 24 rows held
 out), and a generated alpaca set for LoRA SFT on top of a base trained by the pt part.
 
 Machines: one machine = one rank pinned to its own core, one thread. Two machines = network namespaces joined by
