@@ -102,7 +102,7 @@ static double queue_end(const double *ready, double nb, double busy, double comm
 static double overlapped_step(const tn_plan_job *j, double comm, double buckets, double cpu) {
     double *ready = ready_shares(j, buckets), extra = 0, step = j->compute_s;
     for (int it = 0; it < 200; it++) {
-        double grow = (j->compute_s + extra) / j->compute_s, before = 0;
+        double grow = j->compute_s > 0 ? (j->compute_s + extra) / j->compute_s : 1, before = 0;
         double fwd = grow * j->compute_s * j->forward_share, bwd = grow * j->compute_s * j->backward_share;
         step = fwd + queue_end(ready, buckets, bwd, comm, &before) + grow * j->compute_s - fwd - bwd;
         double next = comm > 0 ? cpu * fmin(1, before / comm) : cpu;
