@@ -280,6 +280,11 @@ mutant plan-tied-head-floats-left-in-the-head trainer/plan.c \
   'D + (mc->tie_word_embeddings ? 0 : V * D)' 'D + V * D' test_unit_plan
 mutant plan-diloco-round-not-hidden trainer/plan.c \
   'fmax(0, round_link - H * step)' 'round_link' test_unit_plan
+mutant plan-ring-ops-one-at-a-time trainer/plan.c \
+  'segs <= RING_WINDOW ? RING_LANES * segs : RING_WINDOW' 'segs <= RING_WINDOW ? segs : RING_WINDOW' test_unit_plan
+mutant plan-ring-latency-added-to-bytes trainer/plan.c \
+  'return fmax(bytes / c->link_Bps + steps * c->link_latency_s, rounds' \
+  'return (bytes / c->link_Bps + steps * c->link_latency_s) + (rounds' test_unit_plan
 mutant plan-balanced-shards-sent-to-one-owner trainer/plan.c \
   '(M > 1 ? link_time(c, (M - 1) * G / M, nb * (M - 1)) : 0);' '(M > 1 ? link_time(c, (M - 1) * G, nb * (M - 1)) : 0);' \
   test_unit_plan
