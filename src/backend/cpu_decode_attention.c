@@ -9,6 +9,9 @@
  * is whole consecutive rows: one sequential stream of K, then one of V. The chunk length is fixed (not derived
  * from the thread count), so the result does not depend on how many threads run it.
  *
+ * Each row also prefetches the row two ahead (the hardware prefetcher stops at every 4 KiB page, a row here): at a
+ * 1100-token context this took the attention from ~16% to ~14% of the decode step's perf samples (two runs each).
+ *
  * Generic vector types as in cpu_decode.c (built with FMA contraction, CMakeLists.txt). */
 #include "backend/cpu_kernels.h"
 #include "backend/vmath.h"
@@ -55,6 +58,7 @@ void tn_cpu_attend_chunk(float *part, const float *q, const float *K, const floa
     float *S = tn_cpu_thread_scratch(0, (size_t)H * n); /* S[h, j - j0] = scale q_h . K[j, g(h)] */
     for (int j = 0; j < n; j++) {
         const float *kr = K + (size_t)(j0 + j) * ldk;
+        for (int c = 0; c < ldk; c += 16) __builtin_prefetch(kr + 2 * (size_t)ldk + c, 0, 3); /* two rows ahead */
         for (int h = 0; h < H; h++) S[(size_t)h * n + j] = scale * dot(q + (size_t)h * hd, kr + (size_t)(h / rep) * hd, hd);
     }
     for (int h = 0; h < H; h++) {
@@ -64,6 +68,7 @@ void tn_cpu_attend_chunk(float *part, const float *q, const float *K, const floa
     }
     for (int j = 0; j < n; j++) { /* o_h += exp(S[h, j] - m_h) V[j, g(h)] */
         const float *vr = V + (size_t)(j0 + j) * ldk;
+        for (int c = 0; c < ldk; c += 16) __builtin_prefetch(vr + 2 * (size_t)ldk + c, 0, 3);
         for (int h = 0; h < H; h++) axpy(part + (size_t)h * lp, S[(size_t)h * n + j], vr + (size_t)(h / rep) * hd, hd);
     }
 }
