@@ -135,7 +135,9 @@ def rows(setups, rounds, load):
             sys.exit(f"plan_fresh: unknown setup '{setup}' (expected one of {', '.join(SETUPS)})")
         preset, machines, ranks, _ = SETUPS[setup]
         measured, t1, link, cpu = measure(setup, rounds)
-        where = f"measured now ({setup}, link CPU {cpu:.1f} ns/B, load {load():.1f})"
-        extra = ["--link-cpu", f"{cpu:.2f}"] if cpu > 0 else []  # the plan's option, passed with the overrides
+        per_core = -(-machines * ranks // len(CORES))  # ranks a core, as pin-rank.sh places them
+        where = f"measured now ({setup}, link CPU {cpu:.1f} ns/B, {per_core} rank(s) a core, load {load():.1f})"
+        extra = ["--link-cpu", f"{cpu:.2f}"] if cpu > 0 else []  # the plan's options, passed with the overrides
+        extra += ["--ranks-per-core", str(per_core)] if per_core > 1 else []
         out += [(preset, s, machines, ranks, extra, t1, link, m, where) for s, m in measured.items()]
     return out

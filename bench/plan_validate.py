@@ -7,7 +7,11 @@ bytes/s, predicts the multi-rank step, and this prints predicted / measured per 
 --fresh measures instead, every input and every step in this invocation (plan_fresh.py; root, for the network
 namespaces; about 15 minutes).
 
-Usage: bench/plan_validate.py [--bin build/tandem] [--markdown] [--fresh local,netns [--rounds R]]
+--recorded 2026-11-28 takes instead the rows that --fresh measured on 2026-11-28 05:56-06:17 (docs/performance.md,
+"Validation in one invocation with the pinning fixed"): the plan of today against that quiet run, without
+running it again.
+
+Usage: bench/plan_validate.py [--bin build/tandem] [--markdown] [--fresh local,netns [--rounds R] | --recorded DAY]
 """
 import argparse, json, os, subprocess, sys
 
@@ -41,6 +45,30 @@ ROWS = [
     ("small", "zero3", 1, 2, CONTIGUOUS, 5.434, ONE_WAY, 5.703, ZERO_LOCAL),
 ]
 
+# --fresh of 2026-11-28 05:56-06:17, 2-core Intel Xeon, quiet: (setup, preset, machines, ranks, T1, link, link CPU
+# ns a byte, ranks a core, {strategy: measured s})
+FRESH_1128 = [
+    ("netns", "tiny", 2, 1, 0.627, 11.45e6, 12.7, 1,
+     {"ddp": 2.211, "ddp+bf16": 1.419, "ddp+int8": 1.192, "ddp+int4": 0.966, "zero1": 2.128, "zero2": 2.093,
+      "zero3": 2.529, "diloco": 0.750, "diloco+int8": 0.646, "diloco+int4": 0.670}),
+    ("netns4", "tiny", 4, 1, 1.119, 11.42e6, 34.5, 2,
+     {"ddp": 3.818, "ddp+bf16": 3.769, "ddp+int8": 2.619, "ddp+int4": 2.233, "zero1": 3.973, "zero2": 3.886,
+      "zero3": 4.546, "diloco": 1.688, "diloco+int8": 1.369, "diloco+int4": 1.203}),
+    ("local", "small", 1, 2, 4.358, 11.95e6, 0.0, 1, {"ddp": 4.772, "zero1": 4.767, "zero2": 5.021, "zero3": 5.002}),
+]
+RECORDED = {"2026-11-28": FRESH_1128}
+
+
+def recorded_rows(day):
+    if day not in RECORDED:
+        sys.exit(f"plan_validate: no recorded run '{day}' (expected one of {', '.join(RECORDED)})")
+    out = []
+    for setup, preset, m, r, t1, link, cpu, per_core, measured in RECORDED[day]:
+        extra = (["--link-cpu", f"{cpu:.2f}"] if cpu > 0 else []) + (["--ranks-per-core", str(per_core)] if per_core > 1 else [])
+        where = f"recorded {day} ({setup}, link CPU {cpu:.1f} ns/B{f', {per_core} ranks a core' if per_core > 1 else ''})"
+        out += [(preset, s, m, r, extra, t1, link, v, where) for s, v in measured.items()]
+    return out
+
 
 def load():
     return float(open("/proc/loadavg").read().split()[0])
@@ -59,8 +87,9 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--fresh", default="", help="setups to measure now: local,netns (plan_fresh.py)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--recorded", default="", help="a --fresh run recorded in docs/performance.md: 2026-11-28")
     args = ap.parse_args()
-    table = ROWS
+    table = recorded_rows(args.recorded) if args.recorded else ROWS
     if args.fresh:
         import plan_fresh
         cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))

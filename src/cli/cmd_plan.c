@@ -25,7 +25,7 @@
 
 typedef struct {
     const char *hostfile, *link, *model_config_path;
-    int machines, ranks_per_machine, seq, json, n_overrides;
+    int machines, ranks_per_machine, ranks_per_core, seq, json, n_overrides;
     double compute_tflops, step_time, latency_ms, memory_gb, link_cpu_ns;
     const char *local;
     char **overrides; /* CONFIG.yaml and key=value */
@@ -53,6 +53,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         else if (!strcmp(o, "--local")) a->local = v, rc = v ? 0 : tn_err("--local needs a rate (bytes/s, or 400gbit)");
         else if (!strcmp(o, "--machines")) rc = parse_num(o, v, 1, &x), a->machines = (int)x;
         else if (!strcmp(o, "--ranks-per-machine")) rc = parse_num(o, v, 1, &x), a->ranks_per_machine = (int)x;
+        else if (!strcmp(o, "--ranks-per-core")) rc = parse_num(o, v, 1, &x), a->ranks_per_core = (int)x;
         else if (!strcmp(o, "--seq")) rc = parse_num(o, v, 1, &x), a->seq = (int)x;
         else if (!strcmp(o, "--compute")) rc = parse_num(o, v, 1e-6, &a->compute_tflops);
         else if (!strcmp(o, "--step-time")) rc = parse_num(o, v, 1e-9, &a->step_time);
@@ -75,7 +76,7 @@ static int cluster_from_args(const plan_args *a, tn_plan_cluster *c, double *mea
     memset(c, 0, sizeof *c);
     c->machines = a->machines ? a->machines : 1, c->ranks_per_machine = a->ranks_per_machine ? a->ranks_per_machine : 1;
     c->link_latency_s = a->latency_ms / 1e3, c->local_Bps = TN_PLAN_LOCAL_BPS;
-    c->link_cpu_s_per_byte = a->link_cpu_ns * 1e-9;
+    c->link_cpu_s_per_byte = a->link_cpu_ns * 1e-9, c->ranks_per_core = a->ranks_per_core;
     *measured_at = 0;
     if (a->hostfile) {
         tn_hostfile hf;
@@ -266,6 +267,7 @@ int tn_cmd_plan(int argc, char **argv) {
     int lora = cfg.finetuning_type == TN_FT_LORA;
     tn_plan_job job;
     tn_plan_job_from_config(&cfg, &need, seq, &job);
+    tn_plan_job_set_groups(&job, &cfg, &mc, seq);
     double flops = step_flops(&cfg, &mc, &need, seq), rank_mem = a.memory_gb * 1e9;
     if (a.compute_tflops <= 0) measure_codecs(&job); /* a GPU encodes at its memory bandwidth: negligible */
     const char *source = "given";

@@ -59,12 +59,58 @@ static double local_time(const tn_plan_cluster *c, double G) {
     return R > 1 ? 2.0 * G * (R - 1) / R / c->local_Bps : 0;
 }
 
-/* A step whose exchange starts when the first bucket is ready (forward, and backward through the last
- * bucket's layers) and then runs at the link's pace, bucket after bucket: it ends with compute plus the last
- * bucket's transfer, or with the first bucket's readiness plus the whole transfer, whichever is later. */
-static double overlapped_step(const tn_plan_job *j, double comm, double buckets) {
-    double first_ready = j->compute_s * (j->forward_share + j->backward_share / fmax(buckets, 1));
-    return fmax(j->compute_s + comm / fmax(buckets, 1), first_ready + comm);
+/* Buckets grad_sync.c cuts from the end of the slab (per floats each, the last one short) and, for bucket k in
+ * launch order, the share of backward done when its gradient is final: when backward has finished the group that
+ * holds the bucket's first float (it runs from the last group to the first). Without groups, evenly: k+1 of nb. */
+static double *ready_shares(const tn_plan_job *j, double nb) {
+    int n = (int)nb;
+    double *ready = tn_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *ready), total = 0;
+    for (int g = 0; g < j->n_groups; g++) total += j->group_floats[g];
+    for (int k = 0; k < n; k++) {
+        ready[k] = (k + 1.0) / n;
+        if (j->n_groups <= 0 || total <= 0) continue;
+        double per = fmin(j->bucket_bytes / 4, fmax(ceil(total / MIN_BUCKETS), MIN_BUCKET_BYTES / 4));
+        double lo = fmax(0, total - (k + 1.0) * per), top = total, done = 0;
+        for (int g = j->n_groups - 1; g >= 0; g--) { /* backward's order */
+            done += j->group_work[g];
+            top -= j->group_floats[g];
+            if (top <= lo) break;
+        }
+        ready[k] = fmin(1, done);
+    }
+    return ready;
+}
+
+/* When a pass of `busy` seconds has its buckets' exchange done, from the pass's start: bucket k is ready at
+ * ready[k] x busy, and its transfer (comm / nb) follows the one before it on the link. *before: the link's
+ * seconds that fall before the pass ends (NULL: not wanted). */
+static double queue_end(const double *ready, double nb, double busy, double comm, double *before) {
+    double end = 0, each = comm / fmax(nb, 1), under = 0;
+    for (int k = 0; k < (int)nb; k++) {
+        end = fmax(end, ready[k] * busy) + each;
+        under += fmax(0, fmin(each, busy - (end - each)));
+    }
+    if (before) *before = under;
+    return fmax(end, busy);
+}
+
+/* A step whose buckets are exchanged as backward completes them, at the link's pace: forward, then backward
+ * with its exchange (ended by the last bucket's transfer), then the update. cpu: the link's CPU seconds for all
+ * of the step's bytes, on the ranks' cores. What moves while backward runs lengthens it; what moves after it
+ * costs the waiting core nothing. The share under backward grows with backward: the least fixed point, reached
+ * from none (monotone, bounded by all of it). */
+static double overlapped_step(const tn_plan_job *j, double comm, double buckets, double cpu) {
+    double *ready = ready_shares(j, buckets), extra = 0, step = j->compute_s;
+    for (int it = 0; it < 200; it++) {
+        double grow = j->compute_s > 0 ? (j->compute_s + extra) / j->compute_s : 1, before = 0;
+        double fwd = grow * j->compute_s * j->forward_share, bwd = grow * j->compute_s * j->backward_share;
+        step = fwd + queue_end(ready, buckets, bwd, comm, &before) + grow * j->compute_s - fwd - bwd;
+        double next = comm > 0 ? cpu * fmin(1, before / comm) : cpu;
+        if (fabs(next - extra) <= 1e-15 * (1 + cpu)) break;
+        extra = next;
+    }
+    free(ready);
+    return step;
 }
 
 static double encoded_bytes(tn_plan_strategy s, double G) {
@@ -79,14 +125,18 @@ static int codec_of(tn_plan_strategy s) {
     return s == TN_PLAN_DDP_BF16 ? 1 : (s == TN_PLAN_DDP_INT8 || s == TN_PLAN_DILOCO_INT8) ? 2 : 0;
 }
 
-/* The core's time to encode this rank's part and decode every machine's encoding of it. */
+/* Ranks on one core. compute_s was measured with them sharing it, so CPU work beyond compute that each rank does
+ * (the codec, the link's bytes) lengthens the step of every rank on that core by the sum of theirs. */
+static double sharing(const tn_plan_cluster *c) { return c->ranks_per_core > 1 ? c->ranks_per_core : 1; }
+
+/* The core's time to encode this rank's part and decode every machine's encoding of it (and its core-mates'). */
 static double codec_time(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_strategy s) {
     int k = codec_of(s);
     if (c->machines < 2 || k == 0) return 0;
-    return j->trainable / c->ranks_per_machine * (j->encode_s[k] + c->machines * j->decode_s[k]);
+    return j->trainable / c->ranks_per_machine * (j->encode_s[k] + c->machines * j->decode_s[k]) * sharing(c);
 }
 
-static void predict_ddp(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_row *r) {
+static void predict_ddp(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_row *r, double link_cpu) {
     double G = 4 * j->trainable, M = c->machines, nb = bucket_count(G, j->bucket_bytes);
     if (r->strategy == TN_PLAN_DDP) {
         r->link_bytes = M > 1 ? 2 * (M - 1) / M * G : 0;
@@ -95,7 +145,7 @@ static void predict_ddp(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_
         r->link_bytes = M > 1 ? (M - 1) * encoded_bytes(r->strategy, G) : 0;
         r->comm_s = local_time(c, G) + (M > 1 ? link_time(c, r->link_bytes, nb * (M - 1)) : 0);
     }
-    r->step_s = (r->comm_s > 0 ? overlapped_step(j, r->comm_s, nb) : j->compute_s) + codec_time(j, c, r->strategy);
+    r->step_s = (r->comm_s > 0 ? overlapped_step(j, r->comm_s, nb, link_cpu) : j->compute_s) + codec_time(j, c, r->strategy);
 }
 
 /* A pass of `busy` seconds of compute beside `comm` seconds of exchange cut in nb units that follow the
@@ -106,8 +156,10 @@ static double paced(double busy, double comm, double nb) {
 }
 
 /* Balanced shards: every unit's exchange keeps every link busy each way with (M-1)/M of its bytes. Stages 1-2:
- * the gathers (issued after the update, in forward order) pace the forward, the reduce-scatters the backward;
- * stage 3 gathers every group again in backward, beside the reduce-scatters. */
+ * the gathers (issued after the update, in forward order) pace the forward, the reduce-scatters the backward,
+ * each as its bucket's gradient is final (ready_shares); stage 3 gathers every group again in backward, before
+ * its use rather than after: the backward ends after the reduce-scatters' queue, and no sooner than both
+ * passes of bytes over the link after the first unit's compute. */
 static void predict_zero_balanced(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_row *r, int stage) {
     double G = 4 * j->trainable, M = c->machines, nb = bucket_count(G, j->bucket_bytes);
     double fwd = j->compute_s * j->forward_share, bwd = j->compute_s * j->backward_share;
@@ -116,7 +168,10 @@ static void predict_zero_balanced(const tn_plan_job *j, const tn_plan_cluster *c
     double back = stage == 3 ? 2 * unit : unit;
     r->link_bytes = M > 1 ? (stage == 3 ? 3 : 2) * (M - 1) / M * G : 0;
     r->comm_s = unit + back;
-    r->step_s = paced(fwd, unit, nb) + paced(bwd, back, nb) + rest;
+    double *ready = ready_shares(j, nb);
+    double backward = fmax(queue_end(ready, nb, bwd, unit, NULL), back + bwd / fmax(nb, 1));
+    r->step_s = paced(fwd, unit, nb) + backward + rest;
+    free(ready);
 }
 
 /* Contiguous shards chain the step (docs/performance.md, "Step time by stage"): the first owner's shard must be
@@ -150,8 +205,8 @@ static void predict_diloco(const tn_plan_job *j, const tn_plan_cluster *c, tn_pl
     double G = 4 * j->trainable, M = c->machines, H = j->diloco_h > 0 ? j->diloco_h : 1;
     double local = local_time(c, G), nb = bucket_count(G, j->bucket_bytes);
     double round_link = M > 1 ? link_time(c, (M - 1) * encoded_bytes(r->strategy, G), M - 1) : 0;
-    double step = local > 0 ? overlapped_step(j, local, nb) : j->compute_s;
-    double outer = M > 1 ? OUTER_PASSES * G / c->local_Bps : 0;
+    double step = local > 0 ? overlapped_step(j, local, nb, 0) : j->compute_s;
+    double outer = M > 1 ? OUTER_PASSES * G / c->local_Bps * sharing(c) : 0;
     r->link_bytes = M > 1 ? (M - 1) * encoded_bytes(r->strategy, G) / H : 0;
     r->comm_s = local + round_link / H;
     r->step_s = step + (fmax(0, round_link - H * step) + outer + codec_time(j, c, r->strategy)) / H;
@@ -171,24 +226,27 @@ static double memory(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_str
     return state + j->frozen_bytes + j->act_bytes;
 }
 
-static void predict_one(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_strategy s, tn_plan_row *r) {
+/* link_cpu: the link's CPU seconds for the step's bytes on each rank's core; DDP's buckets say how much of it falls
+ * under compute, the other schedules overlap their exchange with compute throughout and take all of it. */
+static void predict_one(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_strategy s, tn_plan_row *r,
+                        double link_cpu) {
     memset(r, 0, sizeof *r);
     r->strategy = s;
-    if (s <= TN_PLAN_DDP_INT4) predict_ddp(job, c, r);
-    else if (s <= TN_PLAN_ZERO3) predict_zero(job, c, r, s - TN_PLAN_ZERO1 + 1);
-    else predict_diloco(job, c, r);
+    tn_plan_job busier = *job;
+    if (s > TN_PLAN_DDP_INT4) busier.compute_s += link_cpu;
+    if (s <= TN_PLAN_DDP_INT4) predict_ddp(job, c, r, link_cpu);
+    else if (s <= TN_PLAN_ZERO3) predict_zero(&busier, c, r, s - TN_PLAN_ZERO1 + 1);
+    else predict_diloco(&busier, c, r);
 }
 
 void tn_plan_predict(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_row rows[TN_PLAN_N]) {
     double ranks = (double)c->machines * c->ranks_per_machine;
     for (int s = 0; s < TN_PLAN_N; s++) {
         tn_plan_row *r = &rows[s];
-        predict_one(job, c, (tn_plan_strategy)s, r);
-        if (c->machines > 1 && c->link_cpu_s_per_byte > 0) { /* the bytes' CPU comes out of the ranks' compute */
-            tn_plan_job busier = *job;
-            busier.compute_s += c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine;
-            predict_one(&busier, c, (tn_plan_strategy)s, r);
-        }
+        predict_one(job, c, (tn_plan_strategy)s, r, 0);
+        if (c->machines > 1 && c->link_cpu_s_per_byte > 0) /* the bytes' CPU comes out of the ranks' compute */
+            predict_one(job, c, (tn_plan_strategy)s, r,
+                        c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine * sharing(c));
         r->exposed_s = r->step_s - job->compute_s;
         r->tokens_per_s = r->step_s > 0 ? ranks * job->tokens_per_rank / r->step_s : 0;
         r->memory_bytes = memory(job, c, r->strategy);
@@ -228,6 +286,27 @@ tn_plan_strategy tn_plan_config_strategy(const tn_train_config *cfg) {
     if (cfg->comm_compression == 3) return TN_PLAN_DDP_INT4;
     int z = cfg->zero_stage > 0 ? cfg->zero_stage : 0;
     return z == 0 ? TN_PLAN_DDP : (tn_plan_strategy)(TN_PLAN_ZERO1 + z - 1);
+}
+
+/* Backward FLOPs a token of each group (PaLM's convention, as step_flops in cmd_plan.c): a layer 4 x its
+ * projections (input and weight gradients) + attention's two products 8 (H hd) S, plus the recomputed forward
+ * with checkpointing; the head 4 V D (tied or not); the embedding's row scatter ~0. */
+void tn_plan_job_set_groups(tn_plan_job *job, const tn_train_config *cfg, const tn_model_config *mc, int seq) {
+    int L = mc->num_hidden_layers, lora = cfg->finetuning_type == TN_FT_LORA;
+    if (L + 2 > TN_PLAN_MAX_GROUPS || L < 1) { job->n_groups = 0; return; } /* evenly, as without a model */
+    double D = mc->hidden_size, V = mc->vocab_size, I = mc->intermediate_size;
+    double q = (double)mc->num_attention_heads * mc->head_dim, kv = (double)mc->num_key_value_heads * mc->head_dim;
+    double proj = 2 * q * D + 2 * kv * D + 3 * I * D;
+    double layer_floats = proj + 2 * D + (mc->qkv_bias ? q + 2 * kv : 0) + (mc->o_bias ? D : 0) +
+                          (mc->qk_norm ? 2.0 * mc->head_dim : 0);
+    double layer_work = 4 * proj + 8 * q * seq + (cfg->gradient_checkpointing ? 2 * proj + 4 * q * seq : 0);
+    double head_work = 4 * V * D, total = L * layer_work + head_work;
+    job->n_groups = L + 2;
+    job->group_floats[0] = lora ? 0 : V * D, job->group_work[0] = 0; /* a tied lm_head adds into it */
+    for (int l = 0; l < L; l++)
+        job->group_floats[1 + l] = lora ? job->trainable / L : layer_floats, job->group_work[1 + l] = layer_work / total;
+    job->group_floats[L + 1] = lora ? 0 : D + (mc->tie_word_embeddings ? 0 : V * D);
+    job->group_work[L + 1] = head_work / total;
 }
 
 void tn_plan_job_from_config(const tn_train_config *cfg, const tn_memory_need *need, int seq, tn_plan_job *job) {

@@ -16,9 +16,15 @@
  *   zero 3       + every group gathered again before backward (beside the reduce-scatter);
  *   diloco H     gradients summed inside the machine each step; between machines a pseudo-gradient every H
  *                steps ((M-1) E), overlapped with the next round: only what exceeds a round's compute shows.
+ * A bucket can leave only when backward has made its gradient final: backward runs from the last layer (and the
+ * lm_head) to the embedding, so the buckets holding the embedding (and a tied lm_head's gradient, which adds into
+ * it) wait for backward's end; the plan follows the model's groups (tn_plan_job_set_groups) and queues each bucket
+ * on the link from its moment (DDP, compressed DDP, ZeRO's reduce-scatters).
  * Moving bytes costs CPU too (the TCP stack, MPI, the progress thread: bench allreduce measures it per machine), and
  * that CPU is taken from the cores that compute: a machine's link_cpu_s_per_byte x its link bytes, shared by its
- * ranks, lengthens each rank's compute before the schedule above is laid over it.
+ * ranks, lengthens each rank's compute, by the share of the transfer that runs under backward for DDP (after it the
+ * core only waits) and all of it for ZeRO and DiLoCo, whose exchanges run beside compute. Ranks that share a core
+ * (ranks_per_core) were measured so; the CPU beyond compute of each (link, codec) lands on all of them.
  * Memory per rank: the ZeRO formulas over trainable state (16 bytes a parameter: weight, gradient, two AdamW
  * moments; stage 1 8 + 8/N, stage 2 4 + 12/N, stage 3 16/N), frozen weights (4 bytes), activations of one
  * micro-batch, and DiLoCo's round start, consensus and (momentum, residual) copies.
@@ -29,11 +35,14 @@
 #define TN_PLAN_H
 
 #include "config/train_config.h"
+#include "model/model_config.h"
 #include "trainer/memory_check.h"
 
 /* A shared-memory reduction inside a machine (memcpy-bound), bytes/s: the in-machine rate when nothing better is
  * given, and the "link" of a one-machine job. */
 #define TN_PLAN_LOCAL_BPS 5e9
+/* Gradient groups the plan follows through backward: the embedding, up to this many layers less two, the head. */
+#define TN_PLAN_MAX_GROUPS 514
 
 typedef enum {
     TN_PLAN_DDP,
@@ -58,6 +67,9 @@ typedef struct {
     double link_cpu_s_per_byte; /* CPU seconds one machine spends per byte its link carries each way (sending it
                                * and receiving as many), taken from its ranks' cores; 0: free */
     double rank_memory_bytes; /* what one rank may use; 0: unknown (everything fits) */
+    int ranks_per_core;       /* ranks that share each core (network namespaces on one host); compute_s was
+                               * measured so shared, and CPU beyond it (the link's, the codec's) lands on every
+                               * rank of the core; 0 or 1: a core each */
 } tn_plan_cluster;
 
 typedef struct {
@@ -73,6 +85,10 @@ typedef struct {
     int zero_contiguous;      /* ZeRO's shards: 0 balanced, 1 contiguous (zero_shard_layout) */
     double encode_s[4], decode_s[4]; /* seconds per float of each codec (compress.h's order: fp32, bf16, int8, int4)
                                       * on the core that runs the step; 0: free */
+    int n_groups;             /* gradient groups in slab order (embedding first, the final norm and lm_head
+                               * last); backward completes them last first. 0: buckets ready evenly through it */
+    double group_floats[TN_PLAN_MAX_GROUPS]; /* trainable floats of each group */
+    double group_work[TN_PLAN_MAX_GROUPS];   /* its share of backward's compute (the shares sum to 1) */
 } tn_plan_job;
 
 typedef struct {
@@ -91,6 +107,9 @@ tn_plan_strategy tn_plan_config_strategy(const tn_train_config *cfg);
 /* A job's sizes and schedule shares from its config and memory estimate at seq tokens a sequence (compute_s and
  * the codec costs left 0 for the caller). */
 void tn_plan_job_from_config(const tn_train_config *cfg, const tn_memory_need *need, int seq, tn_plan_job *job);
+/* The groups of a job from its model: the embedding's gradient (with a tied lm_head's) is final only when
+ * backward ends; each layer's when its backward is done; the final norm's and an untied lm_head's first. */
+void tn_plan_job_set_groups(tn_plan_job *job, const tn_train_config *cfg, const tn_model_config *mc, int seq);
 /* Predicts every strategy. With one machine only the in-machine costs remain. */
 void tn_plan_predict(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_row rows[TN_PLAN_N]);
 /* The strategy to use: the fastest that fits; one within 5% of it that changes less (plain data parallelism

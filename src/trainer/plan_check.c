@@ -73,6 +73,7 @@ void tn_plan_check(const tn_train_config *cfg, const tn_comm *comm, double step_
     tn_memory_estimate(cfg, &mc, (int)(seq + 0.5), &need);
     tn_plan_job job;
     tn_plan_job_from_config(cfg, &need, (int)(seq + 0.5), &job);
+    tn_plan_job_set_groups(&job, cfg, &mc, (int)(seq + 0.5));
     job.compute_s = compute_s;
     tn_plan_row rows[TN_PLAN_N];
     tn_plan_predict(&job, &c, rows);

@@ -26,26 +26,17 @@ fails=0 checks=0
 # a constant learning rate: a run cut shorter (max_steps) takes the same steps as a longer one up to its end
 COMMON="max_steps=12 logging_steps=1 learning_rate=1e-3 warmup_ratio=0 lr_scheduler_type=constant per_device_train_batch_size=8"
 
-# run NAME RANKS RANKS-PER-MACHINE key=value...: ranks r share machine r / RANKS-PER-MACHINE
-refused() {
-  name=$1 n=$2 per=$3; shift 3
-  timeout 300 mpirun -n "$n" --bind-to none -x OMP_NUM_THREADS \
-    sh -c "export TANDEM_NODE_NAME=m\$(( OMPI_COMM_WORLD_RANK / $per )); exec \"\$0\" \"\$@\"" \
-    "$BIN" train "$EX/demo_addition.yaml" $COMMON output_dir="$T/$name" "$@" >"$T/$name.log" 2>&1
-}
-run() { refused "$@" || { echo "run $1 failed:"; tail -n 20 "$T/$1.log"; }; }
-losses() { grep -o '"current_steps": [0-9]*, "total_steps": [0-9]*, "loss": [0-9.e+-]*' "$1/trainer_log.jsonl"; }
 same() { cmp -s "$T/$1/model.safetensors" "$T/$2/model.safetensors"; }
-same_log() { [ -n "$(losses "$T/$1")" ] && [ "$(losses "$T/$1")" = "$(losses "$T/$2")" ]; }
+same_log() { [ -n "$(logged_losses "$T/$1")" ] && [ "$(logged_losses "$T/$1")" = "$(logged_losses "$T/$2")" ]; }
 
 # ---- N >= the run's steps: plain data parallelism, bit for bit
-run ddp 2 1 save_steps=2
-run all 2 1 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=12
-run all-more 2 1 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=1000
-run ddp-int8 2 1 comm_compression=int8
-run all-int8 2 1 comm_compression=int8 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=12
-run ddp-2x2 4 2 per_device_train_batch_size=4
-run all-2x2 4 2 per_device_train_batch_size=4 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=12
+train_machines_ok ddp 2 1 save_steps=2
+train_machines_ok all 2 1 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=12
+train_machines_ok all-more 2 1 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=1000
+train_machines_ok ddp-int8 2 1 comm_compression=int8
+train_machines_ok all-int8 2 1 comm_compression=int8 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=12
+train_machines_ok ddp-2x2 4 2 per_device_train_batch_size=4
+train_machines_ok all-2x2 4 2 per_device_train_batch_size=4 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=12
 for p in "all ddp" "all-more ddp" "all-int8 ddp-int8" "all-2x2 ddp-2x2"; do
   a=${p% *} b=${p#* }
   check 'same $a $b'
@@ -56,21 +47,21 @@ check 'grep -q "diloco_sync_steps 12: steps 1-12 are synchronous data parallelis
 check 'grep -q "as int8" "$T/all-int8.log"'
 
 # ---- 0 < N: the rounds start from plain DP's step N (checkpoint-4 of ddp, resumed as DiLoCo with H = 4)
-run s4 2 1 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=4 save_steps=4
+train_machines_ok s4 2 1 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=4 save_steps=4
 mkdir -p "$T/built" && cp -r "$T/ddp/checkpoint-4" "$T/built/"
-run built 2 1 sync_mode=diloco diloco_inner_steps=4 overwrite_output_dir=false
-run dl 2 1 sync_mode=diloco diloco_inner_steps=4
+train_machines_ok built 2 1 sync_mode=diloco diloco_inner_steps=4 overwrite_output_dir=false
+train_machines_ok dl 2 1 sync_mode=diloco diloco_inner_steps=4
 check 'grep -q "restarts its rounds from checkpoint-4.s parameters: it holds no DiLoCo state" "$T/built.log"'
 check 'cmp -s "$T/s4/checkpoint-4/model.safetensors" "$T/ddp/checkpoint-4/model.safetensors"'
 check 'same s4 built'
 check '! same s4 ddp && ! same s4 dl'
-check '[ "$(losses "$T/s4" | head -5)" = "$(losses "$T/ddp" | head -5)" ]' # step 5: the same parameters, one mean
+check '[ "$(logged_losses "$T/s4" | head -5)" = "$(logged_losses "$T/ddp" | head -5)" ]' # step 5: the same parameters, one mean
 # rounds end at N + k H: N = 2, H = 4, without overlap, round 1 ends at step 6 with every machine at the consensus;
 # plain DP's checkpoint-2 resumed as DiLoCo for 4 steps, one round (H 8: none ends before the run's last step,
 # which ends a synchronous one; H decides only where rounds end) gets there too
-run s2 2 1 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=2 diloco_overlap=false save_steps=6
+train_machines_ok s2 2 1 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=2 diloco_overlap=false save_steps=6
 mkdir -p "$T/built2" && cp -r "$T/ddp/checkpoint-2" "$T/built2/"
-run built2 2 1 sync_mode=diloco diloco_inner_steps=8 diloco_overlap=false overwrite_output_dir=false max_steps=6
+train_machines_ok built2 2 1 sync_mode=diloco diloco_inner_steps=8 diloco_overlap=false overwrite_output_dir=false max_steps=6
 check 'cmp -s "$T/s2/checkpoint-6/model.safetensors" "$T/built2/model.safetensors"'
 echo "diloco_sync_steps 2, H 4: step 6 vs plain DP to step 2 and one DiLoCo round:" \
   "$(cmp -s "$T/s2/checkpoint-6/model.safetensors" "$T/built2/model.safetensors" && echo bit-identical || echo DIFFERENT)"
@@ -81,15 +72,15 @@ echo "diloco_sync_steps 4 vs plain DP to step 4 resumed as DiLoCo: $(same s4 bui
 for mode in "comm_compression=none" "comm_compression=int8"; do
   tag=$(echo "$mode" | tr ' =' '_-')
   ARGS="sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=6 save_steps=3 overwrite_output_dir=false $mode"
-  run "ra-$tag" 2 1 $ARGS
+  train_machines_ok "ra-$tag" 2 1 $ARGS
   for k in 3 6 9; do
     [ "$k" = 6 ] && [ "$tag" != comm_compression-none ] && continue
     mkdir -p "$T/rb-$tag-$k" && cp -r "$T/ra-$tag/checkpoint-$k" "$T/rb-$tag-$k/"
-    run "rb-$tag-$k" 2 1 $ARGS
+    train_machines_ok "rb-$tag-$k" 2 1 $ARGS
     check 'grep -q "resuming from .*checkpoint-$k (step $k of 12)" "$T/rb-$tag-$k.log"'
     check '! grep -q "note: sync_mode diloco restarts\|starts .*with empty residuals\|taken during DiLoCo" "$T/rb-$tag-$k.log"'
     check 'same "ra-$tag" "rb-$tag-$k"'
-    check '[ -n "$(losses "$T/rb-$tag-$k")" ] && [ "$(losses "$T/ra-$tag" | tail -n "$(losses "$T/rb-$tag-$k" | wc -l)")" = "$(losses "$T/rb-$tag-$k")" ]'
+    check '[ -n "$(logged_losses "$T/rb-$tag-$k")" ] && [ "$(logged_losses "$T/ra-$tag" | tail -n "$(logged_losses "$T/rb-$tag-$k" | wc -l)")" = "$(logged_losses "$T/rb-$tag-$k")" ]'
     echo "$mode: resumed from checkpoint-$k: $(same "ra-$tag" "rb-$tag-$k" && echo bit-identical || echo DIFFERENT)"
   done
 done

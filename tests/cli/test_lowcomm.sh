@@ -27,25 +27,15 @@ trap 'pkill -9 -f "output_dir=$T/" 2>/dev/null; rm -rf "$T"' EXIT
 fails=0 checks=0
 COMMON="max_steps=12 logging_steps=1 learning_rate=1e-3 warmup_ratio=0"
 
-# run NAME RANKS RANKS-PER-MACHINE key=value...: ranks r share machine r / RANKS-PER-MACHINE (refused: the
-# same, expected to fail)
-refused() {
-  name=$1 n=$2 per=$3; shift 3
-  timeout 300 mpirun -n "$n" --bind-to none -x OMP_NUM_THREADS \
-    sh -c "export TANDEM_NODE_NAME=m\$(( OMPI_COMM_WORLD_RANK / $per )); exec \"\$0\" \"\$@\"" \
-    "$BIN" train "$EX/demo_addition.yaml" $COMMON output_dir="$T/$name" "$@" >"$T/$name.log" 2>&1
-}
-run() { refused "$@" || { echo "run $1 failed:"; tail -n 20 "$T/$1.log"; }; }
-losses() { grep -o '"current_steps": [0-9]*, "total_steps": [0-9]*, "loss": [0-9.e+-]*' "$1/trainer_log.jsonl"; }
 
 # ---- DiLoCo on one machine with outer lr 1, momentum 0 = plain training
 LORA="finetuning_type=lora lora_rank=4 lora_dropout=0.1 gradient_accumulation_steps=2"
-run plain-1m 2 2 per_device_train_batch_size=8
-run plain-1m-lora 2 2 per_device_train_batch_size=4 $LORA
+train_machines_ok plain-1m 2 2 per_device_train_batch_size=8
+train_machines_ok plain-1m-lora 2 2 per_device_train_batch_size=4 $LORA
 for ov in true false; do
-  run dl-1m-$ov 2 2 per_device_train_batch_size=8 sync_mode=diloco diloco_inner_steps=4 diloco_outer_lr=1 \
+  train_machines_ok dl-1m-$ov 2 2 per_device_train_batch_size=8 sync_mode=diloco diloco_inner_steps=4 diloco_outer_lr=1 \
     diloco_outer_momentum=0 diloco_overlap=$ov
-  run dl-1m-lora-$ov 2 2 per_device_train_batch_size=4 $LORA sync_mode=diloco diloco_inner_steps=4 \
+  train_machines_ok dl-1m-lora-$ov 2 2 per_device_train_batch_size=4 $LORA sync_mode=diloco diloco_inner_steps=4 \
     diloco_outer_lr=1 diloco_outer_momentum=0 diloco_overlap=$ov
   a=$(worst "$T/dl-1m-$ov" "$T/plain-1m")
   b=$(worst "$T/dl-1m-lora-$ov" "$T/plain-1m-lora" '.' 'lora_B')
@@ -59,31 +49,31 @@ done
 check 'grep -q "DiLoCo over 1 machine(s) of 2 rank(s)" "$T/dl-1m-true.log"'
 
 # ---- two machines: ranks inside a machine in step; the logged loss is every machine's
-run dl-2x1 2 1 per_device_train_batch_size=8 sync_mode=diloco diloco_inner_steps=4
-run dl-2x2 4 2 per_device_train_batch_size=4 sync_mode=diloco diloco_inner_steps=4
-run plain-2x1 2 1 per_device_train_batch_size=8
+train_machines_ok dl-2x1 2 1 per_device_train_batch_size=8 sync_mode=diloco diloco_inner_steps=4
+train_machines_ok dl-2x2 4 2 per_device_train_batch_size=4 sync_mode=diloco diloco_inner_steps=4
+train_machines_ok plain-2x1 2 1 per_device_train_batch_size=8
 h=$(worst "$T/dl-2x2" "$T/dl-2x1")
 d=$(worst "$T/dl-2x1" "$T/plain-2x1")
 echo "DiLoCo 2 machines x 2 ranks vs x 1 rank: $h; DiLoCo vs plain DP after 12 steps: $d (not equal: a real difference)"
 check 'within $h 1e-6'
 check 'within 1e-4 $d'
 check 'grep -q "DiLoCo over 2 machine(s) of 1 rank(s): .* every 4 steps .* lr 1, momentum 0 (Nesterov), one round late" "$T/dl-2x1.log"'
-check '[ "$(losses "$T/dl-2x1" | head -1)" = "$(losses "$T/plain-2x1" | head -1)" ]'
-check '[ "$(losses "$T/dl-2x1" | sed "s/.*current_steps\": \([0-9]*\),.*/\1/" | tr "\n" " ")" = "1 2 3 4 5 6 7 8 9 10 11 12 " ]'
-losses "$T/dl-2x1" | head -1
+check '[ "$(logged_losses "$T/dl-2x1" | head -1)" = "$(logged_losses "$T/plain-2x1" | head -1)" ]'
+check '[ "$(logged_losses "$T/dl-2x1" | sed "s/.*current_steps\": \([0-9]*\),.*/\1/" | tr "\n" " ")" = "1 2 3 4 5 6 7 8 9 10 11 12 " ]'
+logged_losses "$T/dl-2x1" | head -1
 
 # ---- resume mid-round (save at 5 and 10, rounds end at 4, 8, 12): bit-identical, the same log
 for mode in "sync_mode=diloco comm_compression=none" "sync_mode=diloco comm_compression=int8" \
             "sync_mode=diloco comm_compression=int4" "comm_compression=int4" \
             "sync_mode=diloco comm_compression=bf16 diloco_overlap=false" "comm_compression=int8"; do
   tag=$(echo "$mode" | tr ' =' '_-')
-  run "ra-$tag" 2 1 per_device_train_batch_size=8 diloco_inner_steps=4 save_steps=5 overwrite_output_dir=false $mode
+  train_machines_ok "ra-$tag" 2 1 per_device_train_batch_size=8 diloco_inner_steps=4 save_steps=5 overwrite_output_dir=false $mode
   mkdir -p "$T/rb-$tag" && cp -r "$T/ra-$tag/checkpoint-5" "$T/rb-$tag/"
-  run "rb-$tag" 2 1 per_device_train_batch_size=8 diloco_inner_steps=4 save_steps=5 overwrite_output_dir=false $mode
+  train_machines_ok "rb-$tag" 2 1 per_device_train_batch_size=8 diloco_inner_steps=4 save_steps=5 overwrite_output_dir=false $mode
   check 'grep -q "resuming from .*checkpoint-5 (step 5 of 12)" "$T/rb-$tag.log"'
   check 'cmp -s "$T/ra-$tag/model.safetensors" "$T/rb-$tag/model.safetensors"'
   # the resumed run logs what the checkpoint had not logged yet (DiLoCo: a round still in flight), the same
-  check '[ -n "$(losses "$T/rb-$tag")" ] && [ "$(losses "$T/ra-$tag" | tail -n "$(losses "$T/rb-$tag" | wc -l)")" = "$(losses "$T/rb-$tag")" ]'
+  check '[ -n "$(logged_losses "$T/rb-$tag")" ] && [ "$(logged_losses "$T/ra-$tag" | tail -n "$(logged_losses "$T/rb-$tag" | wc -l)")" = "$(logged_losses "$T/rb-$tag")" ]'
   echo "$mode: resumed from checkpoint-5 $(cmp -s "$T/ra-$tag/model.safetensors" "$T/rb-$tag/model.safetensors" \
     && echo bit-identical || echo DIFFERENT)"
 done
@@ -97,32 +87,32 @@ mkdir -p "$T/one" && cp -r "$T/one-ckpt" "$T/one/checkpoint-5"
   sync_mode=diloco diloco_inner_steps=4 output_dir="$T/one" >"$T/one.log" 2>&1
 check '[ $? -eq 0 ] && grep -q "resuming from" "$T/one.log" && [ -s "$T/one/model.safetensors" ]'
 mkdir -p "$T/four" && cp -r "$T/one-ckpt" "$T/four/checkpoint-5"
-run four 4 2 per_device_train_batch_size=4 sync_mode=diloco diloco_inner_steps=4 overwrite_output_dir=false
+train_machines_ok four 4 2 per_device_train_batch_size=4 sync_mode=diloco diloco_inner_steps=4 overwrite_output_dir=false
 check 'grep -q "note: sync_mode diloco restarts its rounds from checkpoint-5.s parameters: it was taken with 2 machine(s), 2 rank(s)" "$T/four.log"'
 check '[ -s "$T/four/model.safetensors" ]'
 
 # ---- compression: a quarter of the bytes, and it learns
-run c-fp32 2 1 per_device_train_batch_size=8 max_steps=40 logging_steps=40
-run c-int8 2 1 per_device_train_batch_size=8 max_steps=40 logging_steps=40 comm_compression=int8
+train_machines_ok c-fp32 2 1 per_device_train_batch_size=8 max_steps=40 logging_steps=40
+train_machines_ok c-int8 2 1 per_device_train_batch_size=8 max_steps=40 logging_steps=40 comm_compression=int8
 fp=$(sed -n 's/.*(fp32: \([0-9.]*\) MB).*/\1/p' "$T/c-int8.log")
 i8=$(sed -n 's/.*as int8 with error feedback: \([0-9.]*\) MB per step.*/\1/p' "$T/c-int8.log")
 echo "bytes per step and machine: fp32 $fp MB, int8 $i8 MB"
 check 'awk -v a="$i8" -v b="$fp" "BEGIN { exit !(a > 0.25 * b && a < 0.27 * b) }"'
-l32=$(losses "$T/c-fp32" | tail -1 | sed 's/.*loss": //') l8=$(losses "$T/c-int8" | tail -1 | sed 's/.*loss": //')
+l32=$(logged_losses "$T/c-fp32" | tail -1 | sed 's/.*loss": //') l8=$(logged_losses "$T/c-int8" | tail -1 | sed 's/.*loss": //')
 echo "loss after 40 steps: fp32 $l32, int8 $l8"
 check 'awk -v a="$l8" -v b="$l32" "BEGIN { exit !(a < 1.02 * b && a < 3.5) }"'
 # int4: 0.5 + 4/64 bytes a value against 4 (a part's codes padded to whole floats: a little more)
-run c-int4 2 1 per_device_train_batch_size=8 max_steps=40 logging_steps=40 comm_compression=int4
+train_machines_ok c-int4 2 1 per_device_train_batch_size=8 max_steps=40 logging_steps=40 comm_compression=int4
 i4=$(sed -n 's/.*as int4 with error feedback: \([0-9.]*\) MB per step.*/\1/p' "$T/c-int4.log")
-l4=$(losses "$T/c-int4" | tail -1 | sed 's/.*loss": //')
+l4=$(logged_losses "$T/c-int4" | tail -1 | sed 's/.*loss": //')
 echo "int4: $i4 MB per step and machine, loss after 40 steps $l4"
 check 'awk -v a="$i4" -v b="$fp" "BEGIN { exit !(a > 0.140 * b && a < 0.15 * b) }"'
 check 'awk -v a="$l4" -v b="$l32" "BEGIN { exit !(a < 1.02 * b && a < 3.5) }"'
 # DiLoCo's pseudo-gradients as int4 learn as fp32 ones do
-run c-dl-fp32 2 1 per_device_train_batch_size=8 max_steps=40 logging_steps=40 sync_mode=diloco diloco_inner_steps=4
-run c-dl-int4 2 1 per_device_train_batch_size=8 max_steps=40 logging_steps=40 sync_mode=diloco diloco_inner_steps=4 \
+train_machines_ok c-dl-fp32 2 1 per_device_train_batch_size=8 max_steps=40 logging_steps=40 sync_mode=diloco diloco_inner_steps=4
+train_machines_ok c-dl-int4 2 1 per_device_train_batch_size=8 max_steps=40 logging_steps=40 sync_mode=diloco diloco_inner_steps=4 \
   comm_compression=int4
-d32=$(losses "$T/c-dl-fp32" | tail -1 | sed 's/.*loss": //') d4=$(losses "$T/c-dl-int4" | tail -1 | sed 's/.*loss": //')
+d32=$(logged_losses "$T/c-dl-fp32" | tail -1 | sed 's/.*loss": //') d4=$(logged_losses "$T/c-dl-int4" | tail -1 | sed 's/.*loss": //')
 echo "DiLoCo loss after 40 steps: fp32 $d32, int4 $d4"
 check 'grep -q "pseudo-gradients (int4, error feedback)" "$T/c-dl-int4.log"'
 check 'awk -v a="$d4" -v b="$d32" "BEGIN { exit !(a < 1.02 * b && a < 3.5) }"'
@@ -141,13 +131,13 @@ check '[ $? -eq 0 ] && grep -q "restart 1 of 1" "$T/kb.log"'
 check 'cmp -s "$T/ka/model.safetensors" "$T/kb/model.safetensors"'
 
 # ---- combinations that do not exist: one line
-refused bad-zero 2 1 per_device_train_batch_size=8 sync_mode=diloco zero_stage=2
+train_machines bad-zero 2 1 per_device_train_batch_size=8 sync_mode=diloco zero_stage=2
 check 'grep -q "sync_mode diloco keeps a whole replica on every machine: set zero_stage 0" "$T/bad-zero.log"'
-refused bad-bal 2 1 per_device_train_batch_size=8 sync_mode=diloco balance_ranks=true
+train_machines bad-bal 2 1 per_device_train_batch_size=8 sync_mode=diloco balance_ranks=true
 check 'grep -q "balance_ranks is for sync_mode ddp" "$T/bad-bal.log"'
 "$BIN" train "$EX/demo_addition.yaml" comm_compression=int2 output_dir="$T/x" >"$T/x.log" 2>&1
 check 'grep -q "key .comm_compression. expects none, bf16, int8 or int4, got .int2." "$T/x.log"'
-refused uneven 3 2 per_device_train_batch_size=8 sync_mode=diloco
+train_machines uneven 3 2 per_device_train_batch_size=8 sync_mode=diloco
 check 'grep -q "sync_mode diloco needs the same number of ranks on every machine" "$T/uneven.log"'
 
 [ "$fails" -eq 0 ] || for f in "$T"/*.log; do echo "== $f"; tail -n 5 "$f"; done

@@ -34,6 +34,17 @@ d = b["diloco"]
 assert d["link_bytes"] > 1e6 and abs(d["step_s"] - a["diloco"]["step_s"] - 100e-9 * d["link_bytes"]) < 1e-5, (a["diloco"], d)
 assert all(b[s]["step_s"] >= a[s]["step_s"] - 1e-3 for s in a)
 PY'
+# two ranks a core (--ranks-per-core 2): the step time was measured so shared, and DiLoCo's link CPU lands twice,
+# as does its round end (6 passes over G = 8 x its bytes a step, at 5 GB/s, once in 8 steps)
+"$BIN" plan "$TINY" --machines 2 --link 100mbit --step-time 0.612 --link-cpu 100 --ranks-per-core 2 --json >"$T/core2" 2>&1
+check 'python3 - "$T/cpu0" "$T/core2" <<"PY"
+import json, sys
+a, b = ({r["strategy"]: r for r in map(json.loads, open(f))} for f in sys.argv[1:])
+d = b["diloco"]
+assert abs(d["step_s"] - a["diloco"]["step_s"] - 2 * 100e-9 * d["link_bytes"] - 6 * d["link_bytes"] / 5e9) < 1e-5, (a["diloco"], d)
+PY'
+"$BIN" plan "$TINY" --machines 2 --link 100mbit --step-time 0.612 --ranks-per-core 0 >"$T/badcore" 2>&1
+check 'grep -q "ranks-per-core expects a number >= 1" "$T/badcore"'
 "$BIN" plan "$TINY" --machines 2 --link 100mbit --step-time 0.612 --link-cpu -1 >"$T/badcpu" 2>&1
 check 'grep -q "link-cpu expects a number >= 0" "$T/badcpu"'
 # compute-bound: 10 Gbit/s, the simplest strategy wins

@@ -73,3 +73,17 @@ kill_rank_when() {
   [ -n "$victim" ] && kill -9 "$victim"
   return 0
 }
+
+# train_machines NAME RANKS RANKS-PER-MACHINE key=value...: `tandem train` on faked machines (one host; rank r on
+# machine r / RANKS-PER-MACHINE through TANDEM_NODE_NAME) into $T/NAME, log in $T/NAME.log; uses the caller's BIN,
+# EX and COMMON (keys every run of the test shares) and fails as the run does (for runs expected to be refused).
+train_machines() {
+  name=$1 n=$2 per=$3; shift 3
+  timeout 300 mpirun -n "$n" --bind-to none -x OMP_NUM_THREADS \
+    sh -c "export TANDEM_NODE_NAME=m\$(( OMPI_COMM_WORLD_RANK / $per )); exec \"\$0\" \"\$@\"" \
+    "$BIN" train "$EX/demo_addition.yaml" $COMMON output_dir="$T/$name" "$@" >"$T/$name.log" 2>&1
+}
+# train_machines_ok: the same, printing the log's end when the run fails (the checks that follow then fail).
+train_machines_ok() { train_machines "$@" || { echo "run $1 failed:"; tail -n 20 "$T/$1.log"; }; }
+# logged_losses RUN_DIR: the step / total / loss triples of a run's trainer_log.jsonl, one a line.
+logged_losses() { grep -o '"current_steps": [0-9]*, "total_steps": [0-9]*, "loss": [0-9.e+-]*' "$1/trainer_log.jsonl"; }

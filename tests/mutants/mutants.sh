@@ -273,8 +273,18 @@ mutant dashboard-cpu-in-clock-ticks serve/dashboard.c \
 mutant plan-allreduce-bytes-halved trainer/plan.c \
   'r->link_bytes = M > 1 ? 2 * (M - 1) / M * G : 0;' 'r->link_bytes = M > 1 ? (M - 1) / M * G : 0;' test_unit_plan
 mutant plan-no-overlap-with-backward trainer/plan.c \
-  'return fmax(j->compute_s + comm / fmax(buckets, 1), first_ready + comm);' \
-  'return fmax(j->compute_s + comm, first_ready + comm);' test_unit_plan
+  'end = fmax(end, ready[k] * busy) + each;' 'end = fmax(end, ready[k] * 0 + busy) + each;' test_unit_plan
+mutant plan-buckets-ready-evenly trainer/plan.c \
+  'if (j->n_groups <= 0 || total <= 0) continue;' 'continue;' test_unit_plan
+mutant plan-link-cpu-after-backward-counted trainer/plan.c \
+  'double next = comm > 0 ? cpu * fmin(1, before / comm) : cpu;' 'double next = cpu;' test_unit_plan
+mutant plan-ranks-per-core-ignored trainer/plan.c \
+  'return c->ranks_per_core > 1 ? c->ranks_per_core : 1;' 'return (void)c, 1;' test_unit_plan
+mutant plan-zero3-gathers-wait-for-gradients trainer/plan.c \
+  'fmax(queue_end(ready, nb, bwd, unit, NULL), back + bwd / fmax(nb, 1))' 'queue_end(ready, nb, bwd, back, NULL)' \
+  test_unit_plan
+mutant plan-tied-head-floats-left-in-the-head trainer/plan.c \
+  'D + (mc->tie_word_embeddings ? 0 : V * D)' 'D + V * D' test_unit_plan
 mutant plan-diloco-round-not-hidden trainer/plan.c \
   'fmax(0, round_link - H * step)' 'round_link' test_unit_plan
 mutant plan-balanced-shards-sent-to-one-owner trainer/plan.c \
@@ -283,8 +293,8 @@ mutant plan-balanced-shards-sent-to-one-owner trainer/plan.c \
 mutant plan-zero2-formula trainer/plan.c \
   'case TN_PLAN_ZERO2: state = 4 * P + 12 * P / N; break;' 'case TN_PLAN_ZERO2: state = 8 * P + 8 * P / N; break;' test_unit_plan
 mutant plan-link-cpu-not-shared-by-ranks trainer/plan.c \
-  'busier.compute_s += c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine;' \
-  'busier.compute_s += c->link_cpu_s_per_byte * r->link_bytes;' test_unit_plan
+  'c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine * sharing(c)' \
+  'c->link_cpu_s_per_byte * r->link_bytes * sharing(c)' test_unit_plan
 # ZeRO's balanced shards (tests/unit/test_unit_shard_layout.c): the owner of a chunk, the optimizer's packed moments,
 # a checkpoint shard's packed moments
 mutant shard-chunk-owner-off-by-one trainer/shard_layout.c \

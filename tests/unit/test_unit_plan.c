@@ -111,29 +111,116 @@ static void test_codec_cost(void) {
     CHECK_NEAR(r[TN_PLAN_DDP_INT8].step_s, 1 + link / 8 + 1e6 * (1e-8 + 2e-9), 1e-12);
 }
 
-/* Moving bytes costs the ranks' cores: 25 ns a byte of link traffic. DDP's 4 MB each way take 0.1 s of CPU from
- * the 1 s of compute, so its exchange starts at 1.1 x (1/3 + 1/12) and still takes 4 s; two ranks a machine share
- * it (0.05 s each), and their local sum adds 2 (R-1)/R G at 5 GB/s to the exchange. DiLoCo's 4 MB a round is 0.5 MB
- * a step: 12.5 ms, its round still hidden. One machine moves nothing: no cost. */
+/* Moving bytes costs the ranks' cores: 25 ns a byte of link traffic, 0.1 s of CPU for DDP's 4 MB each way. What
+ * moves while backward runs lengthens it by that share; what moves after it costs the waiting core nothing. The
+ * link (4 s) runs from the first bucket (backward's eighth) on, so 7/8 of backward's (1 + x) 2/3 s lies under
+ * it: x = 0.1 (7/12)(1 + x) / 4, x = a / (1 - a) with a = 0.1 (7/12) / 4, and the step is 4 + (1 + x)(1/3 + 1/12).
+ * Two ranks a machine share the CPU (0.05 s each) and their local sum adds 2 (R-1)/R G at 5 GB/s to the exchange.
+ * DiLoCo and ZeRO overlap their exchange with compute throughout: all of it counts. DiLoCo's 4 MB a round is
+ * 0.5 MB a step: 12.5 ms, its round still hidden. One machine moves nothing: no cost. */
 static void test_link_cpu(void) {
     tn_plan_job j = job_1m();
     tn_plan_cluster c = cluster(2, 1, 1e6);
     c.link_cpu_s_per_byte = 25e-9;
     tn_plan_row r[TN_PLAN_N];
     tn_plan_predict(&j, &c, r);
-    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 4 + 1.1 * (1.0 / 3 + 1.0 / 12), 1e-9);
-    CHECK_NEAR(r[TN_PLAN_DDP].exposed_s, 4 + 1.1 * (1.0 / 3 + 1.0 / 12) - 1, 1e-9);
+    double a = 0.1 * (7.0 / 12) / 4, x = a / (1 - a);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 4 + (1 + x) * (1.0 / 3 + 1.0 / 12), 1e-9);
+    CHECK_NEAR(r[TN_PLAN_DDP].exposed_s, 4 + (1 + x) * (1.0 / 3 + 1.0 / 12) - 1, 1e-9);
     CHECK_NEAR(r[TN_PLAN_DILOCO].step_s, 1.0125 + 6 * 4e6 / 5e9 / 8, 1e-9);
     c = cluster(2, 2, 1e6);
     c.link_cpu_s_per_byte = 25e-9;
     tn_plan_predict(&j, &c, r);
-    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 4 + 4e6 / 5e9 + 1.05 * (1.0 / 3 + 1.0 / 12), 1e-9);
+    double comm = 4 + 4e6 / 5e9;
+    a = 0.05 * (7.0 / 12) / comm, x = a / (1 - a);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, comm + (1 + x) * (1.0 / 3 + 1.0 / 12), 1e-9);
+    /* compute-bound (1 GB/s): every bucket but the last crosses under backward; the last one's 0.5 ms after it.
+     * Bucket k's transfer starts when it is ready, (k+1)/8 of backward: 7 of 8 transfers under it, x = 0.1 x 7/8 */
+    c = cluster(2, 1, 1e9);
+    c.link_cpu_s_per_byte = 25e-9;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 1 + 0.1 * 7 / 8 + 4e6 / 1e9 / 8, 1e-9);
     c = cluster(1, 2, 1e6);
     tn_plan_row free_cpu[TN_PLAN_N];
     tn_plan_predict(&j, &c, free_cpu);
     c.link_cpu_s_per_byte = 25e-9;
     tn_plan_predict(&j, &c, r);
     for (int s = 0; s < TN_PLAN_N; s++) CHECK(r[s].step_s == free_cpu[s].step_s);
+}
+
+/* Two ranks a core (four machines' namespaces on two cores): compute_s was measured so shared, and the CPU each
+ * rank spends beyond it lands on both. DiLoCo: 25 ns x 4 MB / 8 a step = 12.5 ms per rank, 25 ms on the core, and
+ * its round end's 6 passes twice; int8's codec twice (10 ns to encode and 1 ns to decode each of 2 encodings). */
+static void test_ranks_per_core(void) {
+    tn_plan_job j = job_1m();
+    tn_plan_cluster c = cluster(2, 1, 1e6);
+    c.link_cpu_s_per_byte = 25e-9, c.ranks_per_core = 2;
+    tn_plan_row r[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DILOCO].step_s, 1.025 + 2 * 6 * 4e6 / 5e9 / 8, 1e-9);
+    j.encode_s[2] = 1e-8, j.decode_s[2] = 1e-9;
+    c = cluster(2, 1, 1e9);
+    c.ranks_per_core = 2;
+    tn_plan_predict(&j, &c, r);
+    double link = 1e6 * (1 + 4.0 / 256) / 1e9;
+    CHECK_NEAR(r[TN_PLAN_DDP_INT8].step_s, 1 + link / 8 + 2 * 1e6 * (1e-8 + 2e-9), 1e-12);
+    c.ranks_per_core = 1; /* 1 and 0 (unset) both mean a core each */
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP_INT8].step_s, 1 + link / 8 + 1e6 * (1e-8 + 2e-9), 1e-12);
+}
+
+/* When buckets are ready: 1M floats in slab order, an embedding of 250k (no backward work: final at the end), a
+ * layer of 500k and a head of 250k, each half of backward. The 8 buckets of 125k from the slab's end: two in the
+ * head, ready at half of backward (1/3 + 1/3 s); six in the layer or the embedding, ready when it ends (1 s).
+ * At 1 GB/s (0.5 ms a bucket) the head's two cross under backward and the other six queue after it: 1 + 6 x 0.5
+ * ms (evenly ready, 1 + 0.5 ms). At 1 MB/s the 4 s exchange starts at 2/3 s. A tied embedding holding every
+ * float: nothing ready before the end, 1 + 4 s. ZeRO-2's reduce-scatters (2 MB, 2 s) follow the same buckets:
+ * at 1 GB/s 1 + 6 x 0.25 ms after the gathers' pacing of the forward (1/3 + 2 ms / 8). ZeRO-3 as much: its
+ * backward's gathers (another 2 ms) go before their layers' use, not after the gradients. */
+static void test_bucket_readiness(void) {
+    tn_plan_job j = job_1m();
+    j.n_groups = 3;
+    double floats[3] = {250e3, 500e3, 250e3}, work[3] = {0, 0.5, 0.5};
+    for (int g = 0; g < 3; g++) j.group_floats[g] = floats[g], j.group_work[g] = work[g];
+    tn_plan_cluster c = cluster(2, 1, 1e9);
+    tn_plan_row r[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 1 + 6 * 0.5e-3, 1e-12);
+    CHECK_NEAR(r[TN_PLAN_ZERO2].step_s, 1 + 2e-3 / 8 + 6 * 0.25e-3, 1e-12);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].step_s, 1 + 2e-3 / 8 + 6 * 0.25e-3, 1e-12);
+    c.link_Bps = 1e6;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 2.0 / 3 + 4, 1e-9);
+    j.group_floats[0] = 1e6, j.group_floats[1] = j.group_floats[2] = 0;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 1 + 4, 1e-9);
+}
+
+/* The groups of bench train's tiny preset (vocab 4096, hidden 256, 4 layers of 4 heads, intermediate 688, 256
+ * tokens), worked out by hand: a layer holds 4 x 256^2 + 3 x 688 x 256 + 2 x 256 = 791040 floats and does
+ * 4 x 790528 + 8 x 256 x 256 = 3686400 FLOPs a token of backward; the head 4 x 4096 x 256 = 4194304 of
+ * 18939904 in all. Tied: the lm_head's floats belong to the embedding, its work stays first. */
+static void test_groups_from_model(void) {
+    tn_train_config cfg;
+    tn_train_config_defaults(&cfg);
+    cfg.gradient_checkpointing = 0, cfg.finetuning_type = TN_FT_FULL;
+    tn_model_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.vocab_size = 4096, mc.hidden_size = 256, mc.num_hidden_layers = 4, mc.num_attention_heads = 4;
+    mc.num_key_value_heads = 4, mc.head_dim = 64, mc.intermediate_size = 688;
+    tn_plan_job j = job_1m();
+    tn_plan_job_set_groups(&j, &cfg, &mc, 256);
+    CHECK(j.n_groups == 6);
+    CHECK_NEAR(j.group_floats[0], 1048576, 1e-9);
+    CHECK_NEAR(j.group_floats[1], 791040, 1e-9);
+    CHECK_NEAR(j.group_floats[5], 256 + 1048576, 1e-9);
+    CHECK_NEAR(j.group_work[0], 0, 1e-15);
+    CHECK_NEAR(j.group_work[2], 3686400.0 / 18939904, 1e-12);
+    CHECK_NEAR(j.group_work[5], 4194304.0 / 18939904, 1e-12);
+    mc.tie_word_embeddings = 1;
+    tn_plan_job_set_groups(&j, &cfg, &mc, 256);
+    CHECK_NEAR(j.group_floats[5], 256, 1e-9);
+    CHECK_NEAR(j.group_work[5], 4194304.0 / 18939904, 1e-12);
 }
 
 static void test_parse_link(void) {
@@ -190,6 +277,9 @@ int main(void) {
     test_four_machines();
     test_codec_cost();
     test_link_cpu();
+    test_ranks_per_core();
+    test_bucket_readiness();
+    test_groups_from_model();
     test_parse_link();
     return tl_done("test_unit_plan");
 }
