@@ -15,6 +15,7 @@
 #include <string.h>
 
 #define ATT_BLOCK 64
+#define DEC_CHUNK 64 /* cached rows a decode task reads (256 KiB of K and of V for Qwen3-0.6B) */
 #define MAX_THREADS 256
 
 static struct {
@@ -128,43 +129,26 @@ static int cached_runs(const float *const *k, const int32_t *pos, int T, int *st
     return n;
 }
 
-/* float dot product in TN_LANES partial sums (vectorised; the sgemm it replaces also sums in float) */
-static float dot_lanes(const float *a, const float *b, int n) {
-    float acc[TN_LANES] = {0}, s = 0.0f;
-    int j = 0;
-    for (; j + TN_LANES <= n; j += TN_LANES)
-        for (int k = 0; k < TN_LANES; k++) acc[k] += a[j + k] * b[j + k];
-    for (; j < n; j++) s += a[j] * b[j];
-    for (int k = 0; k < TN_LANES; k++) s += acc[k];
-    return s;
-}
-
-/* A decode row: query heads g0 rep .. g1 rep (kv groups [g0, g1)) of one new row against its sequence's n cached
- * rows. q and out point at the row's head 0, K and V at the layer's cached row 0 (stride ldk, group g at g hd).
- * Positions are scanned in order, each cached row read once for all the groups' heads: the row is 4 KiB for
- * Qwen3-0.6B, so one group's 512 bytes of it at a time would touch a new page (a TLB miss) per row and per group,
- * and an sgemm of one query row would pack K and V first. */
-static void attend_row(float *out, const float *q, int g0, int g1, int rep, const float *K, const float *V, int n,
-                       int ldk, int hd, float scale) {
-    const int nh = (g1 - g0) * rep, h0 = g0 * rep;
-    float *P = tn_cpu_thread_scratch(0, (size_t)nh * n); /* P[h - h0, j] = scale q_h . K[j, g(h)], then softmax */
-    for (int j = 0; j < n; j++) {
-        const float *kr = K + (size_t)j * ldk;
-        for (int h = h0; h < h0 + nh; h++)
-            P[(size_t)(h - h0) * n + j] = scale * dot_lanes(q + (size_t)h * hd, kr + (size_t)(h / rep) * hd, hd);
-    }
-    for (int i = 0; i < nh; i++) {
-        float *p = P + (size_t)i * n;
-        float inv = 1.0f / tn_exp_shift_sum(p, n, tn_max(p, n));
-        for (int j = 0; j < n; j++) p[j] *= inv;
-    }
-    memset(out + (size_t)h0 * hd, 0, (size_t)nh * hd * sizeof *out);
-    for (int j = 0; j < n; j++) { /* out_h += P[h, j] V[j, g(h)] */
-        const float *vr = V + (size_t)j * ldk;
-        for (int h = h0; h < h0 + nh; h++) {
-            const float *vg = vr + (size_t)(h / rep) * hd;
-            float w = P[(size_t)(h - h0) * n + j], *o = out + (size_t)h * hd;
-            for (int d = 0; d < hd; d++) o[d] += w * vg[d];
+/* Kv group g of a prefill run (rows t0..t1 of one sequence, q and out [T, H hd]) against its cached keys: blocks of
+ * ATT_BLOCK rows, each a Q K^T and a P V sgemm, causal by position */
+static void prefill_group(float *out, const float *q, int ldq, const float *k, const float *v, const int32_t *pos,
+                          int t0, int t1, int g, int H, int KV, int hd) {
+    const int rep = H / KV, ldo = H * hd, ldk = KV * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const float *K = k + (size_t)g * hd, *V = v + (size_t)g * hd;
+    for (int h = g * rep; h < (g + 1) * rep; h++) {
+        for (int b0 = t0; b0 < t1; b0 += ATT_BLOCK) {
+            int b1 = b0 + ATT_BLOCK < t1 ? b0 + ATT_BLOCK : t1, nr = b1 - b0, nc = pos[b1 - 1] + 1;
+            float *P = tn_cpu_thread_scratch(0, (size_t)ATT_BLOCK * nc);
+            /* P[nr, nc] = scale * Q[b0:b1] K[0:nc]^T ; row ii sees keys 0..pos[b0 + ii] */
+            tn_cpu_matmul(0, 1, nr, nc, hd, scale, q + (size_t)b0 * ldq + (size_t)h * hd, ldq, K, ldk, 0.0f, P, nc);
+            for (int ii = 0; ii < nr; ii++) {
+                int i = pos[b0 + ii];
+                float *p = P + (size_t)ii * nc, m = tn_max(p, i + 1);
+                float inv = 1.0f / causal_exp_row(p, i, nc, m);
+                for (int j = 0; j <= i; j++) p[j] *= inv;
+            }
+            tn_cpu_matmul(0, 0, nr, hd, nc, 1.0f, P, nc, V, ldk, 0.0f, out + (size_t)b0 * ldo + (size_t)h * hd, ldo);
         }
     }
 }
@@ -172,37 +156,42 @@ static void attend_row(float *out, const float *q, int g0, int g1, int rep, cons
 void tn_cpu_attention_cached(float *out, const float *q, int ldq, const float *const *k, const float *const *v,
                              const int32_t *pos, int T, int H, int KV, int hd) {
     if (T <= 0) return;
-    const int rep = H / KV, ldo = H * hd, ldk = KV * hd;
-    const float scale = 1.0f / sqrtf((float)hd);
-    int *starts = tn_xmalloc(((size_t)T + 1) * sizeof *starts);
-    int n_runs = cached_runs(k, pos, T, starts);
-    /* a decode row (a run of one) is split into nt blocks of gb groups, one task each; its other tasks are empty */
-    int nt = omp_get_max_threads() < KV ? omp_get_max_threads() : KV, gb = (KV + nt - 1) / nt;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int task = 0; task < n_runs * KV; task++) {
-        int run = task / KV, g = task % KV, t0 = starts[run], t1 = starts[run + 1];
-        const float *K = k[t0] + (size_t)g * hd, *V = v[t0] + (size_t)g * hd;
-        if (t1 - t0 == 1) { /* one new row of this sequence: keys 0..pos[t0] */
-            if (g % gb == 0)
-                attend_row(out + (size_t)t0 * ldo, q + (size_t)t0 * ldq, g, g + gb < KV ? g + gb : KV, rep, k[t0], v[t0],
-                           pos[t0] + 1, ldk, hd, scale);
-            continue;
-        }
-        for (int h = g * rep; h < (g + 1) * rep; h++) {
-            for (int b0 = t0; b0 < t1; b0 += ATT_BLOCK) {
-                int b1 = b0 + ATT_BLOCK < t1 ? b0 + ATT_BLOCK : t1, nr = b1 - b0, nc = pos[b1 - 1] + 1;
-                float *P = tn_cpu_thread_scratch(0, (size_t)ATT_BLOCK * nc);
-                /* P[nr, nc] = scale * Q[b0:b1] K[0:nc]^T ; row ii sees keys 0..pos[b0 + ii] */
-                tn_cpu_matmul(0, 1, nr, nc, hd, scale, q + (size_t)b0 * ldq + (size_t)h * hd, ldq, K, ldk, 0.0f, P, nc);
-                for (int ii = 0; ii < nr; ii++) {
-                    int i = pos[b0 + ii];
-                    float *p = P + (size_t)ii * nc, m = tn_max(p, i + 1);
-                    float inv = 1.0f / causal_exp_row(p, i, nc, m);
-                    for (int j = 0; j <= i; j++) p[j] *= inv;
-                }
-                tn_cpu_matmul(0, 0, nr, hd, nc, 1.0f, P, nc, V, ldk, 0.0f, out + (size_t)b0 * ldo + (size_t)h * hd, ldo);
+    const int ldo = H * hd, ldk = KV * hd, lp = hd + 2;
+    /* tasks: a prefill run is KV tasks (one kv group each); a decode row (a run of one) is its chunks of DEC_CHUNK
+     * cached rows (cpu_decode_attention.c), whose partials are merged per head after */
+    int *starts = tn_xmalloc(((size_t)T + 1) * sizeof *starts), n_runs = cached_runs(k, pos, T, starts);
+    int n_tasks = 0, n_parts = 0;
+    for (int r = 0; r < n_runs; r++)
+        n_tasks += starts[r + 1] - starts[r] == 1 ? (pos[starts[r]] + DEC_CHUNK) / DEC_CHUNK : KV;
+    int *task_run = tn_xmalloc((size_t)n_tasks * 2 * sizeof *task_run), *task_sub = task_run + n_tasks;
+    int *part0 = tn_xmalloc(((size_t)n_runs + 1) * sizeof *part0); /* a decode run's first chunk partial */
+    for (int r = 0, i = 0; r < n_runs; r++) {
+        int dec = starts[r + 1] - starts[r] == 1, n = dec ? (pos[starts[r]] + DEC_CHUNK) / DEC_CHUNK : KV;
+        part0[r] = n_parts, n_parts += dec ? n : 0;
+        for (int c = 0; c < n; c++, i++) task_run[i] = r, task_sub[i] = c;
+    }
+    part0[n_runs] = n_parts;
+    float *parts = tn_cpu_thread_scratch(1, (size_t)n_parts * H * lp); /* this thread's: slot 0 is the tasks' */
+#pragma omp parallel
+    {
+#pragma omp for schedule(dynamic, 1)
+        for (int task = 0; task < n_tasks; task++) {
+            int run = task_run[task], g = task_sub[task], t0 = starts[run], t1 = starts[run + 1];
+            if (t1 - t0 == 1) { /* chunk g of the keys 0..pos[t0] */
+                int j0 = g * DEC_CHUNK, j1 = j0 + DEC_CHUNK < pos[t0] + 1 ? j0 + DEC_CHUNK : pos[t0] + 1;
+                float *part = parts + (size_t)(part0[run] + g) * H * lp;
+                tn_cpu_attend_chunk(part, q + (size_t)t0 * ldq, k[t0], v[t0], j0, j1, ldk, H, KV, hd);
+                continue;
             }
+            prefill_group(out, q, ldq, k[t0], v[t0], pos, t0, t1, g, H, KV, hd);
+        }
+#pragma omp for schedule(static)
+        for (int i = 0; i < n_runs * H; i++) {
+            int run = i / H;
+            if (part0[run + 1] > part0[run])
+                tn_cpu_attend_merge(out + (size_t)starts[run] * ldo, parts + (size_t)part0[run] * H * lp,
+                                    part0[run + 1] - part0[run], i % H, H, hd);
         }
     }
-    free(starts);
+    free(starts), free(task_run), free(part0);
 }

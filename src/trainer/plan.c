@@ -17,6 +17,10 @@
                                   * 11.44 MB/s of 12.5, docs/performance.md) */
 #define INT8_BYTES_PER_FLOAT (1.0 + 4.0 / 256.0)
 #define INT4_BYTES_PER_FLOAT (0.5 + 4.0 / 64.0)
+/* comm.c's ring defaults (TANDEM_COMM_PIECE_KB, TANDEM_COMM_WINDOW) and comm_impl.h's TN_COMM_LANES */
+#define RING_PIECE_FLOATS 8192.0 /* floats a ring message carries */
+#define RING_WINDOW 32.0         /* segments of one op in flight */
+#define RING_LANES 16.0          /* ops in flight: the next starts once the one before has all segments started */
 #define OUTER_PASSES 6.0         /* DiLoCo's round end reads and writes the parameters, round start, consensus
                                   * and pseudo-gradient: about six passes over G bytes */
 
@@ -47,9 +51,17 @@ static double bucket_count(double G, double cap) {
     return ceil(G / per);
 }
 
-/* Seconds for `bytes` over the machine link in `messages` messages. */
-static double link_time(const tn_plan_cluster *c, double bytes, double messages) {
-    return bytes / c->link_Bps + messages * c->link_latency_s;
+/* Seconds for `bytes` over the machine link in a pass of `ops` ring collectives (comm_ring.c) of `steps` steps
+ * whose blocks (what one member sends a step, summed over the segments) hold `block` floats. A block moves in
+ * segments of a piece, each a chain of `steps` messages, one after the other (step t+1 needs step t's data); the
+ * chains of one op run `window` at a time, and ops overlap once the one before has started all its segments
+ * (RING_LANES at most): chains of ops that fit the window run RING_LANES ops at once. The bytes need the link
+ * for bytes / rate plus the last chain's steps; the chains need rounds x steps latencies; whichever is longer. */
+static double ring_time(const tn_plan_cluster *c, double bytes, double ops, double block, double steps) {
+    if (ops <= 0 || steps <= 0) return 0;
+    double segs = fmax(1, ceil(block / RING_PIECE_FLOATS));
+    double rounds = ceil(ops * segs / (segs <= RING_WINDOW ? RING_LANES * segs : RING_WINDOW));
+    return fmax(bytes / c->link_Bps + steps * c->link_latency_s, rounds * steps * c->link_latency_s);
 }
 
 /* In-machine sum of G bytes over R ranks through shared memory: each rank reads and writes its share of every
@@ -137,13 +149,14 @@ static double codec_time(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan
 }
 
 static void predict_ddp(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_row *r, double link_cpu) {
-    double G = 4 * j->trainable, M = c->machines, nb = bucket_count(G, j->bucket_bytes);
-    if (r->strategy == TN_PLAN_DDP) {
+    double G = 4 * j->trainable, M = c->machines, nb = bucket_count(G, j->bucket_bytes), n = G / 4 / fmax(nb, 1);
+    if (r->strategy == TN_PLAN_DDP) { /* the machine leaders' all-reduce ring: segments of a piece x M floats */
         r->link_bytes = M > 1 ? 2 * (M - 1) / M * G : 0;
-        r->comm_s = local_time(c, G) + (M > 1 ? link_time(c, r->link_bytes, nb * 2 * (M - 1)) : 0);
-    } else { /* encoded buckets, all-gathered between machines */
+        r->comm_s = local_time(c, G) + (M > 1 ? ring_time(c, r->link_bytes, nb, n / M, 2 * (M - 1)) : 0);
+    } else { /* encoded buckets, each rank's part all-gathered on its rail (comm_exchange.c) */
         r->link_bytes = M > 1 ? (M - 1) * encoded_bytes(r->strategy, G) : 0;
-        r->comm_s = local_time(c, G) + (M > 1 ? link_time(c, r->link_bytes, nb * (M - 1)) : 0);
+        double part = encoded_bytes(r->strategy, 4 * n / c->ranks_per_machine) / 4;
+        r->comm_s = local_time(c, G) + (M > 1 ? ring_time(c, r->link_bytes, nb, part, M - 1) : 0);
     }
     r->step_s = (r->comm_s > 0 ? overlapped_step(j, r->comm_s, nb, link_cpu) : j->compute_s) + codec_time(j, c, r->strategy);
 }
@@ -164,7 +177,8 @@ static void predict_zero_balanced(const tn_plan_job *j, const tn_plan_cluster *c
     double G = 4 * j->trainable, M = c->machines, nb = bucket_count(G, j->bucket_bytes);
     double fwd = j->compute_s * j->forward_share, bwd = j->compute_s * j->backward_share;
     double rest = j->compute_s - fwd - bwd;
-    double unit = local_time(c, G) / 2 + (M > 1 ? link_time(c, (M - 1) * G / M, nb * (M - 1)) : 0);
+    double rail = G / 4 / fmax(nb, 1) / (c->ranks_per_machine * M); /* a unit's block on a rank's rail ring */
+    double unit = local_time(c, G) / 2 + (M > 1 ? ring_time(c, (M - 1) * G / M, nb, rail, M - 1) : 0);
     double back = stage == 3 ? 2 * unit : unit;
     r->link_bytes = M > 1 ? (stage == 3 ? 3 : 2) * (M - 1) / M * G : 0;
     r->comm_s = unit + back;
@@ -187,7 +201,7 @@ static void predict_zero(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan
     double G = 4 * j->trainable, M = c->machines, nb = bucket_count(G, j->bucket_bytes);
     double fwd = j->compute_s * j->forward_share, bwd = j->compute_s * j->backward_share;
     double local = local_time(c, G) / 2; /* a reduce-scatter or an all-gather inside the machine */
-    double shard = M > 1 ? link_time(c, (M - 1) * G / M, nb * (M - 1) / M) : 0;
+    double shard = M > 1 ? (M - 1) * G / M / c->link_Bps + nb * (M - 1) / M * c->link_latency_s : 0;
     r->link_bytes = M > 1 ? (stage == 3 ? 3 : 2) * (M - 1) / M * G : 0;
     if (stage < 3) {
         r->comm_s = 2 * (local + M * shard);
@@ -204,7 +218,8 @@ static void predict_zero(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan
 static void predict_diloco(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_row *r) {
     double G = 4 * j->trainable, M = c->machines, H = j->diloco_h > 0 ? j->diloco_h : 1;
     double local = local_time(c, G), nb = bucket_count(G, j->bucket_bytes);
-    double round_link = M > 1 ? link_time(c, (M - 1) * encoded_bytes(r->strategy, G), M - 1) : 0;
+    double part = encoded_bytes(r->strategy, G / c->ranks_per_machine) / 4; /* one op, every rank's part */
+    double round_link = M > 1 ? ring_time(c, (M - 1) * encoded_bytes(r->strategy, G), 1, part, M - 1) : 0;
     double step = local > 0 ? overlapped_step(j, local, nb, 0) : j->compute_s;
     double outer = M > 1 ? OUTER_PASSES * G / c->local_Bps * sharing(c) : 0;
     r->link_bytes = M > 1 ? (M - 1) * encoded_bytes(r->strategy, G) / H : 0;

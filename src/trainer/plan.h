@@ -20,6 +20,9 @@
  * lm_head) to the embedding, so the buckets holding the embedding (and a tied lm_head's gradient, which adds into
  * it) wait for backward's end; the plan follows the model's groups (tn_plan_job_set_groups) and queues each bucket
  * on the link from its moment (DDP, compressed DDP, ZeRO's reduce-scatters).
+ * Every exchange runs on tandem's pipelined rings (comm_ring.c): a unit's block moves in 32 KB pieces, each a chain
+ * of M-1 messages (2 (M-1) for the all-reduce), 32 pieces of an op and up to 16 ops in flight; a pass costs its
+ * bytes plus one chain's latency, or its chains' latency in rounds of what is in flight, whichever is longer.
  * Moving bytes costs CPU too (the TCP stack, MPI, the progress thread: bench allreduce measures it per machine), and
  * that CPU is taken from the cores that compute: a machine's link_cpu_s_per_byte x its link bytes, shared by its
  * ranks, lengthens each rank's compute, by the share of the transfer that runs under backward for DDP (after it the

@@ -50,7 +50,7 @@ else
 fi
 
 # the generation and dashboard tests must pass unmutated too
-for t in test_unit_kv_generate test_unit_decode_kernels test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed \
+for t in test_unit_kv_generate test_unit_decode_kernels test_unit_decode_attention test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed \
   test_unit_sync_device test_unit_frozen_ranges test_unit_comm_shared_gpu test_unit_memory_check test_unit_ifname \
   test_unit_nonfinite test_unit_size_limits test_unit_backend_profile test_unit_shard_layout; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
@@ -132,11 +132,11 @@ mutant kv-rope-every-row-at-the-first-position backend/cpu_decode.c \
   'const float *c = cos + (size_t)pos[0] * half, *s = sin + (size_t)pos[0] * half;' test_unit_kv_generate
 mutant kv-attention-sees-the-future backend/cpu_attention.c \
   'float *p = P + (size_t)ii * nc, m = tn_max(p, i + 1);
-                    float inv = 1.0f / causal_exp_row(p, i, nc, m);
-                    for (int j = 0; j <= i; j++) p[j] *= inv;' \
+                float inv = 1.0f / causal_exp_row(p, i, nc, m);
+                for (int j = 0; j <= i; j++) p[j] *= inv;' \
   'float *p = P + (size_t)ii * nc, m = tn_max(p, nc);
-                    float inv = 1.0f / causal_exp_row(p, nc - 1 + 0 * i, nc, m);
-                    for (int j = 0; j < nc; j++) p[j] *= inv;' test_unit_kv_generate
+                float inv = 1.0f / causal_exp_row(p, nc - 1 + 0 * i, nc, m);
+                for (int j = 0; j < nc; j++) p[j] *= inv;' test_unit_kv_generate
 # the decode product (one weight stream per token): a chain reading the wrong weights or left out of the sum, the
 # scalar tail cut short, the multi-row kernel's x rows at the wrong stride, the beta term dropped
 mutant decode-gemv-fourth-chain-reads-the-third-vector backend/cpu_decode.c \
@@ -152,17 +152,24 @@ mutant decode-gemv-beta-dropped backend/cpu_decode.c \
 mutant decode-gemv-tail-dropped backend/cpu_decode.c \
   'for (; j < K; j++) s += w[j] * x[j];' 'for (; j < K - 1; j++) s += w[j] * x[j];' \
   test_unit_decode_kernels
+# the decode row's attention, in chunks of cached positions merged per head (cpu_decode_attention.c)
 mutant kv-decode-row-misses-its-own-key backend/cpu_attention.c \
-  'pos[t0] + 1, ldk, hd, scale);' 'pos[t0], ldk, hd, scale);' test_unit_kv_generate
-mutant kv-decode-gqa-group-of-head-wrong backend/cpu_attention.c \
-  'const float *vg = vr + (size_t)(h / rep) * hd;' 'const float *vg = vr + (size_t)(h % rep) * hd;' test_unit_kv_generate
-mutant kv-decode-second-block-skipped backend/cpu_attention.c \
-  'if (g % gb == 0)' 'if (g == 0)' test_unit_kv_generate
+  'j1 = j0 + DEC_CHUNK < pos[t0] + 1 ? j0 + DEC_CHUNK : pos[t0] + 1;' \
+  'j1 = j0 + DEC_CHUNK < pos[t0] + 1 ? j0 + DEC_CHUNK : pos[t0] + (pos[t0] == 0);' test_unit_decode_attention
+mutant kv-decode-gqa-group-of-head-wrong backend/cpu_decode_attention.c \
+  'S[(size_t)h * n + j], vr + (size_t)(h / rep) * hd, hd);' 'S[(size_t)h * n + j], vr + (size_t)(h % rep) * hd, hd);' \
+  test_unit_decode_attention
+mutant kv-decode-last-chunk-not-merged backend/cpu_attention.c \
+  'part0[run + 1] - part0[run], i % H, H, hd);' \
+  'part0[run + 1] - part0[run] - (part0[run + 1] - part0[run] > 1), i % H, H, hd);' test_unit_decode_attention
+mutant kv-decode-chunks-merged-without-their-max backend/cpu_decode_attention.c \
+  'float w = tn_expf(p[hd] - M);' 'float w = tn_expf(0.0f * M);' test_unit_decode_attention
+mutant kv-decode-merge-overwrites-prefill-rows backend/cpu_attention.c \
+  'if (part0[run + 1] > part0[run])' 'if (part0[run + 1] >= part0[run])' test_unit_decode_attention
 mutant kv-positions-restart-each-step model/kv_forward.c \
   'kv->host_pos[t] = kv->len[segs[i].slot] + j;' 'kv->host_pos[t] = j;' test_unit_kv_generate
 mutant kv-gqa-group-of-head-wrong backend/cpu_attention.c \
-  'const float *K = k[t0] + (size_t)g * hd, *V = v[t0] + (size_t)g * hd;' \
-  'const float *K = k[t0], *V = v[t0];' test_unit_kv_generate
+  'const float *K = k + (size_t)g * hd, *V = v + (size_t)g * hd;' 'const float *K = k, *V = v;' test_unit_kv_generate
 mutant kv-lora-unmerged-skipped model/kv_forward.c \
   '    if (!p->A) return;
     int r = m->lora.r;' '    if (p->A) return;
@@ -280,6 +287,11 @@ mutant plan-tied-head-floats-left-in-the-head trainer/plan.c \
   'D + (mc->tie_word_embeddings ? 0 : V * D)' 'D + V * D' test_unit_plan
 mutant plan-diloco-round-not-hidden trainer/plan.c \
   'fmax(0, round_link - H * step)' 'round_link' test_unit_plan
+mutant plan-ring-ops-one-at-a-time trainer/plan.c \
+  'segs <= RING_WINDOW ? RING_LANES * segs : RING_WINDOW' 'segs <= RING_WINDOW ? segs : RING_WINDOW' test_unit_plan
+mutant plan-ring-latency-added-to-bytes trainer/plan.c \
+  'return fmax(bytes / c->link_Bps + steps * c->link_latency_s, rounds' \
+  'return (bytes / c->link_Bps + steps * c->link_latency_s) + (rounds' test_unit_plan
 mutant plan-balanced-shards-sent-to-one-owner trainer/plan.c \
   '(M > 1 ? link_time(c, (M - 1) * G / M, nb * (M - 1)) : 0);' '(M > 1 ? link_time(c, (M - 1) * G, nb * (M - 1)) : 0);' \
   test_unit_plan

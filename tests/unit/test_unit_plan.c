@@ -100,6 +100,34 @@ static void test_four_machines(void) {
     CHECK(tn_plan_best(r) == -1);
 }
 
+/* Per-message latency through tandem's rings (comm_ring.c: 32 KB pieces, 32 segments of an op in flight, 16 ops
+ * at once). 256 machines of one rank, 1 ms a message, 10 GB/s, 64 KiB buckets: 62 buckets of 16129 floats, each
+ * one segment on every ring (a block of 63 floats on a rail, 4096 of an int8 encoding, 2^21 floats fit one
+ * all-reduce segment), so 16 buckets' chains run at once: 4 rounds. A chain is M-1 = 255 messages (reduce-scatter,
+ * all-gather of encodings) or 2 (M-1) = 510 (all-reduce): DDP 2.04 s, int8 and each ZeRO pass 1.02 s, each far
+ * above its bytes (0.8 ms, 26 ms, 0.4 ms + one chain 0.255 s). With backward 2/3 s over 62 buckets the link paces
+ * it from the first bucket (2/3 / 62 s): DDP 1/3 + 1/93 + 2.04, int8 1/3 + 1/93 + 1.02; ZeRO-2 the gathers pace
+ * the forward (1.02 + its last unit 1/186 s), the reduce-scatters the backward (1.02 + 1/93). DiLoCo at H = 1:
+ * one exchange of 10^6 floats = 123 segments, 32 at a time, 4 rounds of 255 ms = 1.02 s against 1 s of compute:
+ * 0.02 s shows, + the round end's 6 passes over 4 MB at 5 GB/s. */
+static void test_ring_latency(void) {
+    tn_plan_job j = job_1m();
+    j.bucket_bytes = 65536, j.diloco_h = 1;
+    tn_plan_cluster c = cluster(256, 1, 1e10);
+    c.link_latency_s = 1e-3;
+    tn_plan_row r[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 1.0 / 3 + 1.0 / 93 + 2.04, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_DDP_INT8].step_s, 1.0 / 3 + 1.0 / 93 + 1.02, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_ZERO2].step_s, 1.02 + 1.0 / 186 + 1.02 + 1.0 / 93, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_DILOCO].step_s, 1 + 0.02 + 6 * 4e6 / 5e9, 1e-9);
+    /* bandwidth-bound (1 MB/s): the bytes plus one chain; ZeRO-2's passes of 255/256 x 4 MB each */
+    c.link_Bps = 1e6;
+    tn_plan_predict(&j, &c, r);
+    double pass = 4e6 * 255 / 256 / 1e6 + 0.255;
+    CHECK_NEAR(r[TN_PLAN_ZERO2].step_s, pass + 1.0 / 186 + pass + 1.0 / 93, 1e-9);
+}
+
 /* Encoding costs the step's core: int8 at 10 ns a float to encode and 1 ns to decode each of 2 encodings. */
 static void test_codec_cost(void) {
     tn_plan_job j = job_1m();
@@ -275,6 +303,7 @@ int main(void) {
     test_single_rank();
     test_two_machines();
     test_four_machines();
+    test_ring_latency();
     test_codec_cost();
     test_link_cpu();
     test_ranks_per_core();
