@@ -293,7 +293,7 @@ mutant plan-ring-latency-added-to-bytes trainer/plan.c \
   'return fmax(bytes / c->link_Bps + steps * c->link_latency_s, rounds' \
   'return (bytes / c->link_Bps + steps * c->link_latency_s) + (rounds' test_unit_plan
 mutant plan-balanced-shards-sent-to-one-owner trainer/plan.c \
-  '(M > 1 ? link_time(c, (M - 1) * G / M, nb * (M - 1)) : 0);' '(M > 1 ? link_time(c, (M - 1) * G, nb * (M - 1)) : 0);' \
+  '(M > 1 ? ring_time(c, (M - 1) * G / M, nb, rail, M - 1) : 0);' '(M > 1 ? ring_time(c, (M - 1) * G, nb, rail, M - 1) : 0);' \
   test_unit_plan
 mutant plan-zero2-formula trainer/plan.c \
   'case TN_PLAN_ZERO2: state = 4 * P + 12 * P / N; break;' 'case TN_PLAN_ZERO2: state = 8 * P + 8 * P / N; break;' test_unit_plan
