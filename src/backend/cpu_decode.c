@@ -15,32 +15,12 @@
  * x86-64; loops of scalar arrays left the choice of vectorisation to GCC, which spilled the accumulators of the
  * multi-row loops to the stack. Multiply-adds are contracted to FMA where the ISA has it (CMakeLists.txt). */
 #include "backend/cpu_kernels.h"
+#include "backend/cpu_vec.h"
 
 #include <omp.h>
 #include <string.h>
 
 #define ROWS_MAX 8 /* beyond this many rows sgemm's blocking wins */
-
-#if defined(__AVX512F__)
-#define VL 16
-#elif defined(__AVX__)
-#define VL 8
-#else
-#define VL 4
-#endif
-typedef float vf __attribute__((vector_size(VL * sizeof(float))));
-
-static inline vf vload(const float *p) { /* unaligned: rows of x and W start anywhere */
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline float vsum(vf a) {
-    float s = 0.0f;
-    for (int k = 0; k < VL; k++) s += a[k];
-    return s;
-}
 
 static inline void store(float *out, float s, float alpha, float beta) {
     *out = beta == 0.0f ? alpha * s : alpha * s + beta * *out;

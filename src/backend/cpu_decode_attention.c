@@ -12,34 +12,18 @@
  * Each row also prefetches the row two ahead (the hardware prefetcher stops at every 4 KiB page, a row here): at a
  * 1100-token context this took the attention from ~16% to ~14% of the decode step's perf samples (two runs each).
  *
- * Generic vector types as in cpu_decode.c (built with FMA contraction, CMakeLists.txt). */
+ * Generic vector types of cpu_vec.h, as in cpu_decode.c (built with FMA contraction, CMakeLists.txt). */
 #include "backend/cpu_kernels.h"
+#include "backend/cpu_vec.h"
 #include "backend/vmath.h"
 
 #include <string.h>
-
-#if defined(__AVX512F__)
-#define VL 16
-#elif defined(__AVX__)
-#define VL 8
-#else
-#define VL 4
-#endif
-typedef float vf __attribute__((vector_size(VL * sizeof(float))));
-
-static inline vf vload(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
 
 static inline float dot(const float *a, const float *b, int n) {
     vf acc = {0};
     int d = 0;
     for (; d + VL <= n; d += VL) acc += vload(a + d) * vload(b + d);
-    float s = 0.0f;
-    for (int k = 0; k < VL; k++) s += acc[k];
+    float s = vsum(acc);
     for (; d < n; d++) s += a[d] * b[d];
     return s;
 }
