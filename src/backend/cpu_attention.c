@@ -180,7 +180,8 @@ void tn_cpu_attention_cached(float *out, const float *q, int ldq, const float *c
             if (t1 - t0 == 1) { /* chunk g of the keys 0..pos[t0] */
                 int j0 = g * DEC_CHUNK, j1 = j0 + DEC_CHUNK < pos[t0] + 1 ? j0 + DEC_CHUNK : pos[t0] + 1;
                 float *part = parts + (size_t)(part0[run] + g) * H * lp;
-                tn_cpu_attend_chunk(part, q + (size_t)t0 * ldq, k[t0], v[t0], j0, j1, ldk, H, KV, hd);
+                float *scores = tn_cpu_thread_scratch(0, (size_t)H * (j1 - j0));
+                tn_cpu_attend_chunk(part, scores, q + (size_t)t0 * ldq, k[t0], v[t0], j0, j1, ldk, H, KV, hd);
                 continue;
             }
             prefill_group(out, q, ldq, k[t0], v[t0], pos, t0, t1, g, H, KV, hd);

@@ -35,11 +35,11 @@ static inline void axpy(float *o, float w, const float *v, int n) { /* o += w v 
     for (; d < n; d++) o[d] += w * v[d];
 }
 
-void tn_cpu_attend_chunk(float *part, const float *q, const float *K, const float *V, int j0, int j1, int ldk, int H,
-                         int KV, int hd) {
+void tn_cpu_attend_chunk(float *part, float *S, const float *q, const float *K, const float *V, int j0, int j1, int ldk,
+                         int H, int KV, int hd) {
     const int rep = H / KV, n = j1 - j0, lp = hd + 2;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *S = tn_cpu_thread_scratch(0, (size_t)H * n); /* S[h, j - j0] = scale q_h . K[j, g(h)] */
+    /* S[h, j - j0] = scale q_h . K[j, g(h)] */
     for (int j = 0; j < n; j++) {
         const float *kr = K + (size_t)(j0 + j) * ldk;
         for (int c = 0; c < ldk; c += 16) __builtin_prefetch(kr + 2 * (size_t)ldk + c, 0, 3); /* two rows ahead */

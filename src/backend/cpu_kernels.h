@@ -21,10 +21,10 @@ void tn_cpu_rope_at(float *x, int T, int nheads, int hd, int ld, const int32_t *
 void tn_cpu_attention_cached(float *out, const float *q, int ldq, const float *const *k, const float *const *v,
                              const int32_t *pos, int T, int H, int KV, int hd);
 /* one decode row (q: its H heads) against cached rows [j0, j1) of K and V (row stride ldk, group g at g hd): part
- * [H][hd + 2] gets each head's unnormalised P.V, max score and sum of exp; merge writes head h of out from n_chunks
- * such partials (cpu_decode_attention.c) */
-void tn_cpu_attend_chunk(float *part, const float *q, const float *K, const float *V, int j0, int j1, int ldk, int H,
-                         int KV, int hd);
+ * [H][hd + 2] gets each head's unnormalised P.V, max score and sum of exp (S: scratch of H (j1 - j0) floats, the
+ * caller's); merge writes head h of out from n_chunks such partials (cpu_decode_attention.c) */
+void tn_cpu_attend_chunk(float *part, float *S, const float *q, const float *K, const float *V, int j0, int j1, int ldk,
+                         int H, int KV, int hd);
 void tn_cpu_attend_merge(float *out, const float *parts, int n_chunks, int h, int H, int hd);
 /* convolution (cpu_conv_dnnl.c, on oneDNN; shapes with dead taps on im2col + GEMM): see image_kernels.h; scratch
  * is used only by the latter (oneDNN's layouts live in the kernel's own arena) */
