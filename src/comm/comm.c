@@ -65,17 +65,18 @@ static int env_backend(long *out) {
 /* Every rank must pick the same backend and cut buffers the same way: rank 0 reads the settings and
  * broadcasts them (launchers need not forward the environment to every machine). */
 static int read_settings(tn_comm *c, long *backend) {
-    long piece_kb = 32, window = 32, chunk_mb = 4, poll_us = 1000;
+    long piece_kb = 32, window = 32, chunk_mb = 4, poll_us = 1000, bg_poll_us = 20000;
     *backend = 0;
     int bad = c->info.rank == 0 && (env_int("TANDEM_COMM_PIECE_KB", 32, 1, 1 << 20, &piece_kb) != 0 ||
                                     env_int("TANDEM_COMM_WINDOW", 32, 1, 1024, &window) != 0 ||
                                     env_int("TANDEM_COMM_CHUNK_MB", 4, 1, 1024, &chunk_mb) != 0 ||
                                     env_int("TANDEM_COMM_POLL_US", 1000, 10, 100000, &poll_us) != 0 ||
+                                    env_int("TANDEM_COMM_BG_POLL_US", 20000, 10, 1000000, &bg_poll_us) != 0 ||
                                     env_backend(backend) != 0);
     struct {
-        int64_t v[6];
+        int64_t v[7];
         char err[200]; /* rank 0's verdict, so that every rank reports the same line */
-    } msg = {{bad, piece_kb, window, chunk_mb, poll_us, *backend}, ""};
+    } msg = {{bad, piece_kb, window, chunk_mb, poll_us, *backend, bg_poll_us}, ""};
     if (bad) snprintf(msg.err, sizeof msg.err, "%s", tn_errmsg());
     MPI_Request rq;
     int rc = MPI_Ibcast(&msg, (int)sizeof msg, MPI_BYTE, 0, c->world, &rq);
@@ -87,6 +88,7 @@ static int read_settings(tn_comm *c, long *backend) {
     c->tune.piece = (size_t)v[0] * 1024 / sizeof(float);
     c->tune.window = (int)v[1];
     c->tune.poll_max_us = (int)v[3];
+    c->tune.bg_poll_max_us = (int)v[5];
     size_t seg = c->tune.piece * (size_t)c->info.n_nodes, chunk = (size_t)v[2] << 20 >> 2;
     c->tune.chunk = (chunk + seg - 1) / seg * seg; /* whole ring segments per shared-memory slot */
     return 0;
@@ -196,7 +198,7 @@ tn_comm *tn_comm_init(int *argc, char ***argv) {
     tn_comm *c = tn_xcalloc(1, sizeof *c);
     c->mpi_owned = !inited;
     c->world = c->local = c->leaders = c->ring = c->rail = c->wd_comm = c->bg_local = c->bg_rail = c->notes = MPI_COMM_NULL;
-    c->tune.poll_max_us = 1000;
+    c->tune.poll_max_us = 1000, c->tune.bg_poll_max_us = 20000;
     if (tn_comm_join_world(&c->world) != 0) goto fail; /* MPI_COMM_WORLD, or the joined nodes (comm_join.c) */
     MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN); /* inherited by the communicators split off it */
     MPI_Comm_rank(c->world, &c->info.rank);

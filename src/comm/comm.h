@@ -25,7 +25,8 @@
  * it under Open MPI's TCP eager limit of 64 KB: larger messages need a rendezvous reply that queues behind
  * the peer's own bulk data on the shared TCP connection, which halves a bidirectional exchange),
  * TANDEM_COMM_WINDOW (ring segments in flight, 32), TANDEM_COMM_CHUNK_MB (shared-memory slot, 4),
- * TANDEM_COMM_POLL_US (longest poll sleep, 1000).
+ * TANDEM_COMM_POLL_US (longest poll sleep, 1000), TANDEM_COMM_BG_POLL_US (longest poll sleep while only a background
+ * exchange waits for its peers and no caller waits for it, 20000; comm_progress.c).
  *
  * Thread use: one application thread calls tn_comm_* at a time; MPI runs with MPI_THREAD_MULTIPLE. */
 #ifndef TN_COMM_H
@@ -106,11 +107,11 @@ int tn_comm_wait_all(tn_comm *c);
  * algorithm choice and its spinning wait. */
 int tn_comm_allreduce_f32_mpi(tn_comm *c, float *buf, size_t n);
 
-/* Cost of the progress thread so far: CPU seconds it used, seconds it had an op in flight, ops created.
- * Call from the thread that issues the collectives. */
+/* Cost of the progress thread so far: CPU seconds it used, seconds it had an op in flight, ops created, rounds in
+ * which it stepped ops (each a wake-up). Call from the thread that issues the collectives. */
 typedef struct {
     double progress_cpu_s, progress_busy_s;
-    uint64_t ops;
+    uint64_t ops, polls;
 } tn_comm_stats;
 void tn_comm_get_stats(const tn_comm *c, tn_comm_stats *s);
 

@@ -134,6 +134,7 @@ tn_comm_op *tn_comm_iexchange(tn_comm *c, float *buf, size_t n, const tn_exchang
               make_ring(c, rail, TN_RING_AG, o->gather, (size_t)M * o->P, M, o->P, lane, &o->ag_rail) != 0 ||
               make_ring(c, local, TN_RING_AG, buf, n, L, 0, lane, &o->ag_local) != 0;
     op->state = o, op->step = xop_step, op->release = xop_release, op->draining = xop_draining;
+    op->one_piece = o->P <= c->tune.piece && (L == 1 || n <= c->tune.piece);
     if (bad) {
         xop_release(op);
         free(op);

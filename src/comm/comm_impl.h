@@ -37,6 +37,7 @@ typedef struct {
     int window;          /* ring segments in flight at once */
     size_t chunk;        /* floats per shared-memory slot (multiple of piece * n_nodes) */
     int poll_max_us;     /* longest sleep between polls */
+    int bg_poll_max_us;  /* the same while only background ops wait for their peers (comm_progress.c) */
 } tn_comm_tuning;
 
 typedef struct tn_shm tn_shm;   /* comm_shm.c */
@@ -76,6 +77,8 @@ struct tn_comm {
     tn_comm_op *bg;              /* background ops not finished, stepped alongside the queue (exchange.h) */
     uint64_t bg_seq;             /* background ops created: their ring lane is bg_seq mod TN_COMM_LANES */
     int stop, thread_started;
+    int waiting;                 /* callers blocked in tn_comm_op_wait / _wait_all: the progress thread polls fast */
+    uint64_t polls;              /* rounds of the progress thread that stepped ops (tn_comm_stats.polls) */
     pthread_t thread;
     uint64_t op_seq;             /* ops created, on the caller's thread (same order on every rank) */
     double busy_s, busy_since;
@@ -123,6 +126,8 @@ struct tn_comm_op {
     int gated;                          /* under c->mu: not stepped until its staged copy out of device memory has
                                          * landed (comm_device.c); later ops on its shards wait behind it */
     int background;                     /* not in the queue: stepped whatever the queue does */
+    int one_piece;                      /* background: each of its messages is one ring piece, sent whole at once,
+                                         * so no flow needs polling to keep moving (comm_progress.c) */
     char err[256];
 };
 

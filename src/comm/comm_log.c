@@ -47,8 +47,9 @@ void tn_comm_log_init(const tn_comm *c) {
              env_or("OMPI_MCA_oob_tcp_if_include", env_or("OMPI_MCA_oob_tcp_if_exclude", "Open MPI's choice")));
     say(c, "%s%s", line, "");
     if (i->rank != 0) return;
-    snprintf(line, sizeof line, "ring pieces %zu KB, %d in flight, shared-memory slot %zu KB, poll up to %d us",
-             c->tune.piece * 4 / 1024, c->tune.window, c->tune.chunk * 4 / 1024, c->tune.poll_max_us);
+    snprintf(line, sizeof line, "ring pieces %zu KB, %d in flight, shared-memory slot %zu KB, poll up to %d us (%d us "
+             "while only a background exchange waits for its peers)", c->tune.piece * 4 / 1024, c->tune.window,
+             c->tune.chunk * 4 / 1024, c->tune.poll_max_us, c->tune.bg_poll_max_us);
     say(c, "%s%s", line, "");
 }
 

@@ -8,7 +8,12 @@
  * exponential backoff (up to tune.poll_max_us; a TCP socket buffer drains slowly at 100 Mbit/s, so a
  * millisecond of sleep costs no bandwidth). With no op queued it sleeps on a condition variable. Background
  * ops (a machine-level exchange that spans many steps, exchange.h) are stepped on every round as well, so
- * the queue's ops never wait behind them. */
+ * the queue's ops never wait behind them. A background op alone, that nobody waits for and that has not
+ * moved for TN_BG_GRACE_S (at once when its messages are single ring pieces: nothing to keep flowing), waits for
+ * a peer that has not started its side (DiLoCo's exchange leaves at each machine's own round end, and the
+ * machines drift apart by up to a round): polling it every millisecond woke the thread ~50-120 times a step on
+ * the core that computes (issue 27), so the sleeps then grow to tune.bg_poll_max_us, on the condition
+ * variable, which a new op or a caller that starts waiting signals. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +22,9 @@
 
 #include "comm/comm_impl.h"
 #include "core/core.h"
+
+/* A ring piece (32 KB) crosses 100 Mbit/s in ~3 ms: a moving exchange completes something well within this. */
+#define TN_BG_GRACE_S 0.010
 
 int tn_comm_mpi_err(int rc, const char *what) {
     char msg[MPI_MAX_ERROR_STRING];
@@ -108,6 +116,32 @@ static void idle_wait_locked(tn_comm *c) {
     }
 }
 
+/* Under c->mu: a background op in flight needs its flow kept moving (more than one ring piece a message). */
+static int bg_flows_locked(const tn_comm *c) {
+    for (const tn_comm_op *op = c->bg; op; op = op->next)
+        if (!op->one_piece) return 1;
+    return 0;
+}
+
+/* Under c->mu, nothing moved: the next poll after the backoff (this file's header). The long sleeps wait on c->cv,
+ * so tn_comm_submit* and a caller entering tn_comm_op_wait* cut them short. */
+static void backoff_locked(tn_comm *c, int *us, double since) {
+    int bg_idle = !c->cur && c->bg && !c->waiting && (!bg_flows_locked(c) || tn_now() - since >= TN_BG_GRACE_S);
+    if (!bg_idle || c->tune.bg_poll_max_us <= c->tune.poll_max_us) {
+        pthread_mutex_unlock(&c->mu);
+        tn_comm_backoff(us, c->tune.poll_max_us);
+        pthread_mutex_lock(&c->mu);
+        return;
+    }
+    int sleep_us = *us < c->tune.poll_max_us ? c->tune.poll_max_us : *us;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)sleep_us * 1000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L, ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    *us = sleep_us * 2 < c->tune.bg_poll_max_us ? sleep_us * 2 : c->tune.bg_poll_max_us;
+}
+
 static void *progress_main(void *arg) {
     tn_comm *c = arg;
     int us = TN_BACKOFF_START, broken = 0;
@@ -120,6 +154,7 @@ static void *progress_main(void *arg) {
         if (!c->cur && !c->bg) break;
         if (c->cur != last_cur) last_cur = c->cur, since = tn_now();
         int n = ops_to_step_locked(c, run), progressed = 0;
+        c->polls++;
         if (broken) { /* ranks are out of step after a failure: fail the rest rather than hang */
             for (int i = 0; i < n; i++) {
                 snprintf(run[i]->err, sizeof run[i]->err, "comm: an earlier operation failed");
@@ -150,10 +185,10 @@ static void *progress_main(void *arg) {
             us = TN_BACKOFF_START;
             since = tn_now();
         } else {
-            tn_comm_backoff(&us, c->tune.poll_max_us);
             tn_watchdog_check(c, &since, "the gradient all-reduce");
         }
         pthread_mutex_lock(&c->mu);
+        if (!progressed) backoff_locked(c, &us, since);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -219,11 +254,20 @@ static int unlink_free_locked(tn_comm *c, tn_comm_op *op, char *err, size_t errs
     return failed;
 }
 
+/* Under c->mu: block until *done, telling the progress thread that a caller waits (backoff_locked). */
+static void wait_locked(tn_comm *c, const int *done) {
+    if (*done) return;
+    c->waiting++;
+    pthread_cond_broadcast(&c->cv); /* the progress thread polls fast from now on */
+    while (!*done) pthread_cond_wait(&c->cv, &c->mu);
+    c->waiting--;
+}
+
 int tn_comm_op_wait(tn_comm_op *op) {
     tn_comm *c = op->c;
     char err[256] = "";
     pthread_mutex_lock(&c->mu);
-    while (!op->done) pthread_cond_wait(&c->cv, &c->mu);
+    wait_locked(c, &op->done);
     int failed = unlink_free_locked(c, op, err, sizeof err);
     pthread_mutex_unlock(&c->mu);
     return failed ? tn_err("%s", err) : 0;
@@ -233,7 +277,12 @@ int tn_comm_op_wait_all(tn_comm *c) {
     char err[256] = "";
     int failed = 0;
     pthread_mutex_lock(&c->mu);
-    while (c->cur || c->bg) pthread_cond_wait(&c->cv, &c->mu);
+    if (c->cur || c->bg) {
+        c->waiting++;
+        pthread_cond_broadcast(&c->cv); /* the progress thread polls fast from now on */
+        while (c->cur || c->bg) pthread_cond_wait(&c->cv, &c->mu);
+        c->waiting--;
+    }
     while (c->head) failed |= unlink_free_locked(c, c->head, err, sizeof err);
     pthread_mutex_unlock(&c->mu);
     return failed ? tn_err("%s", err) : 0;
@@ -250,5 +299,6 @@ void tn_comm_get_stats(const tn_comm *c, tn_comm_stats *s) {
     pthread_mutex_lock(&m->mu);
     s->progress_busy_s = c->busy_s + (c->cur ? tn_now() - c->busy_since : 0);
     s->ops = c->op_seq; /* written by the caller's thread, which is the one asking */
+    s->polls = c->polls;
     pthread_mutex_unlock(&m->mu);
 }

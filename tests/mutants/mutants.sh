@@ -31,7 +31,9 @@ build_and_run() { # [TEST] -> exit status of the test (default $TEST); its outpu
 }
 
 run_cli() { # a command-line test (tests/cli/NAME.sh) on this copy's tandem binary, as ctest runs it
-  cmake --build "$WORK/build" -j "$(nproc)" --target tandem >"$WORK/build.log" 2>&1 ||
+  extra= # test_mpi_comm.sh runs the comm unit test under mpirun
+  [ "$1" != test_mpi_comm.sh ] || extra=test_unit_comm
+  cmake --build "$WORK/build" -j "$(nproc)" --target tandem $extra >"$WORK/build.log" 2>&1 ||
     { tail -20 "$WORK/build.log"; echo "mutants: build failed"; exit 1; }
   set +e
   TANDEM_TESTS_DIR="$WORK/src/tests" TANDEM_SHARED_DIR="$SHARED" TANDEM_BIN="$WORK/build/tandem" TANDEM_DEVICE=cpu \
@@ -319,6 +321,12 @@ mutant diloco-rounds-start-from-step-0 trainer/sync_diloco.c \
   '    tn_diloco_start(ds->d, ds->sync_steps);
 }' '    if (ds->base.start_step >= ds->sync_steps) tn_diloco_start(ds->d, ds->sync_steps);
 }' test_diloco_sync.sh
+# a background exchange waiting for late peers (issue 27, tests/unit/test_unit_comm.c via test_mpi_comm.sh): the
+# progress thread polls it every 20 ms at most, not every millisecond, while nobody waits for it
+mutant background-exchange-polled-every-millisecond comm/comm_progress.c \
+  '    int bg_idle = !c->cur && c->bg' '    int bg_idle = 0 && !c->cur && c->bg' test_mpi_comm.sh
+mutant background-exchange-one-piece-ignored comm/comm_exchange.c \
+  '    op->one_piece = o->P <= c->tune.piece' '    op->one_piece = 0 && o->P <= c->tune.piece' test_mpi_comm.sh
 # comm_compression: int4 (tests/unit/test_unit_compress.c): nibbles sign-extended, the scale max|y| / 7
 mutant int4-nibble-not-sign-extended comm/compress.c \
   'return (float)(v >= 8 ? (int)v - 16 : (int)v);' 'return (float)v;' test_unit_compress

@@ -456,6 +456,45 @@ static void test_slow_peer_cpu(tn_comm *c) {
     CHECK(x == (float)P);
 }
 
+/* A background exchange whose peers start late, while nobody waits for it (DiLoCo: the other machine has not
+ * reached its round end, this one computes). Its messages are single ring pieces (1000 floats), so from the
+ * first idle poll on the progress thread sleeps 1, 2, 4, 8, 16 ms, then bg_poll_max_us (20 ms) between polls:
+ * over the 0.4 s below that is ~8 re-polls at launch + 5 + 369 / 20 ~ 32 polls at most (fewer when the host is
+ * loaded: sleeps only get longer). Polling every millisecond, as the queue does, is over 400; a 10 ms grace at
+ * 1 ms first (what a multi-piece exchange gets) ~50 (issue 27). Then rank 0 waits: that must finish it (the
+ * wait wakes the thread), and the result is the exact mean. */
+static void test_slow_peer_background(tn_comm *c) {
+    const tn_comm_info *in = tn_comm_get_info(c);
+    if (in->n_nodes < 2 || !tn_comm_uniform(c) || getenv("TANDEM_COMM_POLL_US") || getenv("TANDEM_COMM_BG_POLL_US"))
+        return; /* the bound assumes the default poll intervals */
+    size_t n = 1000;
+    float *b = tn_xmalloc(n * sizeof *b);
+    for (size_t i = 0; i < n; i++) b[i] = y_of(in->node, i);
+    CHECK(tn_comm_barrier(c) == 0);
+    struct timespec late = {0, 400000000L};
+    if (R > 0) nanosleep(&late, NULL);
+    tn_comm_stats a, z;
+    tn_comm_get_stats(c, &a);
+    tn_comm_op *op = tn_comm_iexchange(c, b, n, &(tn_exchange){.codec = TN_CODEC_FP32, .scale = 1.0f / (float)in->n_nodes,
+                                                              .background = 1});
+    if (R == 0) nanosleep(&late, NULL); /* rank 0 "computes" while its exchange waits for the others */
+    tn_comm_get_stats(c, &z);
+    double polls[2] = {R == 0 ? (double)(z.polls - a.polls) : 0, 0};
+    CHECK(op && tn_comm_wait(op) == 0);
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++) {
+        double want = 0;
+        for (int m = 0; m < in->n_nodes; m++) want += y_of(m, i);
+        if (b[i] != (float)(want / in->n_nodes)) bad = i;
+    }
+    CHECKF(bad == n, "late background exchange: index %zu wrong", bad);
+    CHECK(tn_comm_allreduce_f64(c, polls, 2) == 0);
+    if (getenv("TANDEM_TEST_VERBOSE") && R == 0) printf("test_unit_comm: late background exchange: %.0f polls\n", polls[0]);
+    CHECKF(polls[0] > 0 && polls[0] <= 40, "rank 0's progress thread polled a background exchange of single pieces "
+           "%.0f times in 0.4 s of waiting for late peers (bound 40: it should sleep 1, 2, 4, .. 20 ms)", polls[0]);
+    free(b);
+}
+
 int main(int argc, char **argv) {
     tn_comm *c = tn_comm_init(&argc, &argv);
     if (!c) {
@@ -469,6 +508,7 @@ int main(int argc, char **argv) {
     test_allreduce(c);
     test_iallreduce(c);
     test_slow_peer_cpu(c);
+    test_slow_peer_background(c);
     test_rs_ag(c);
     test_shard_ranges(c);
     test_exchange(c);
