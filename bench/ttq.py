@@ -159,6 +159,17 @@ def curve(out, tokens_per_step):
     return pts, times, spent
 
 
+def by_window(times, evals, n=8):
+    """Mean ms a step in n windows of the run (steps right after an evaluation left out): a run that met a change of
+    the host's speed (another job starting) shows it here, where the whole run's mean hides it (issue 27: the LoRA
+    DiLoCo headline ran 46.9 ms a step until its step 1200 and 55 after, every phase slower at once)."""
+    d = [(s, times[s] - times[s - 1]) for s in sorted(times) if s - 1 in times and s - 1 not in evals]
+    if len(d) < n:
+        return []
+    w = (len(d) + n - 1) // n
+    return [round(1e3 * sum(x for _, x in d[i:i + w]) / len(d[i:i + w]), 1) for i in range(0, len(d), w)]
+
+
 def finish(a, name, kind, machines, keys, out, text, wall, netns):
     ys = open(out + ".yaml").read()
     bs = int(next(v for k, v in (l.split(": ", 1) for l in ys.splitlines() if ": " in l) if k == "per_device_train_batch_size"))
@@ -173,14 +184,18 @@ def finish(a, name, kind, machines, keys, out, text, wall, netns):
     # step time: whole run from step 1, evaluation excluded (DiLoCo: whole rounds, so their ends are counted)
     ms = 1e3 * (times[steps] - times[min(times)] - spent) / max(1, steps - min(times))
     sent = re.findall(r"([0-9.]+) MB per step sent", text)
+    windows = by_window(times, {p[0] for p in pts})
     row = dict(name=name, kind=kind, machines=machines, keys=keys, netns=netns, samples=samples, steps=steps,
-               curve=pts, ms_step=ms, wall_s=wall, load=load(), sent=float(sent[-1]) if sent else 0.0,
+               curve=pts, ms_step=ms, ms_windows=windows, wall_s=wall, load=load(), sent=float(sent[-1]) if sent else 0.0,
                final=pts[-1][3] if pts else None, when=time.strftime("%Y-%m-%d %H:%M:%S"),
                rev=subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
                                   text=True).stdout.strip())
     with open(paths(a)["results"], "a") as fh:
         fh.write(json.dumps(row) + "\n")
     log(f"{name}: {steps} steps, eval {row['final']}, {ms:.1f} ms/step (eval excluded), load {row['load']:.1f}")
+    if windows:
+        log(f"{name}: ms/step by eighth of the run: {windows}" + (
+            "  <- differ by over 10%: the host's speed changed during the run" if max(windows) > 1.1 * min(windows) else ""))
     return row
 
 
