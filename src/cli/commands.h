@@ -16,11 +16,12 @@ int tn_cmd_launch(int argc, char **argv);
 /* `tandem launch` running `tandem COMMAND` on every rank: "train" (CONFIG.yaml ...) or "env" (one rank per machine). */
 int tn_launch(int argc, char **argv, const char *command);
 int tn_cmd_env(int argc, char **argv);
-int tn_cmd_topo(int argc, char **argv);
+int tn_cmd_topo(int argc, char **argv); /* `tandem topo`: GPU interconnect and rank placement (cmd_topo.c) */
 int tn_cmd_dashboard(int argc, char **argv); /* `tandem dashboard DIR...` (cmd_dashboard.c) */
 /* train and launch: `--dashboard [HOST:]PORT` among the config arguments becomes the override dashboard=[HOST:]PORT
- * (cmd_train.c). The array is replaced by a new one (the strings are kept). -1 + tn_err when the value is missing. */
-int tn_cli_dashboard_flag(int *argc, char ***argv); /* `tandem topo`: GPU interconnect and rank placement (cmd_topo.c) */
+ * (dashboard_flag.c). The array is replaced by a new one (the strings are kept). -1 + tn_err when the value is
+ * missing. */
+int tn_cli_dashboard_flag(int *argc, char ***argv);
 int tn_cmd_export(int argc, char **argv);
 int tn_cmd_init_model(int argc, char **argv);
 int tn_cmd_chat(int argc, char **argv);

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/compress.h"
 #include "core/core.h"
 #include "outputs/link_capacity.h"
 #include "outputs/pyfmt.h"
@@ -209,7 +210,8 @@ static char *job_line(const tn_monitor *m, const rank_shape *shapes, const char 
     cJSON_AddStringToObject(job, "model", md->cfg.model_type);
     cJSON_AddStringToObject(job, "output_dir", t->cfg->output_dir);
     cJSON_AddStringToObject(job, "config", t->cfg->source_path);
-    cJSON_AddStringToObject(job, "sync", t->machine_local ? "diloco" : "ddp");
+    cJSON_AddStringToObject(job, "sync", t->sync); /* the strategy that runs, as the log's banner names it */
+    cJSON_AddStringToObject(job, "compression", tn_codec_name((tn_codec)t->cfg->comm_compression));
     cJSON_AddBoolToObject(job, "balance_ranks", t->balance);
     cJSON_AddNumberToObject(job, "zero_stage", t->zero_stage);
     cJSON_AddNumberToObject(job, "trainable", (double)md->n_trainable);

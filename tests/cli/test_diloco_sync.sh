@@ -35,6 +35,7 @@ train_machines_ok all 2 1 sync_mode=diloco diloco_inner_steps=4 diloco_sync_step
 train_machines_ok all-more 2 1 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=1000
 train_machines_ok ddp-int8 2 1 comm_compression=int8
 train_machines_ok all-int8 2 1 comm_compression=int8 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=12
+train_machines_ok dl-int8-job 2 1 comm_compression=int8 sync_mode=diloco diloco_inner_steps=4 max_steps=4
 train_machines_ok ddp-2x2 4 2 per_device_train_batch_size=4
 train_machines_ok all-2x2 4 2 per_device_train_batch_size=4 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=12
 for p in "all ddp" "all-more ddp" "all-int8 ddp-int8" "all-2x2 ddp-2x2"; do
@@ -45,6 +46,9 @@ for p in "all ddp" "all-more ddp" "all-int8 ddp-int8" "all-2x2 ddp-2x2"; do
 done
 check 'grep -q "diloco_sync_steps 12: steps 1-12 are synchronous data parallelism over all 2 rank(s)" "$T/all.log"'
 check 'grep -q "as int8" "$T/all-int8.log"'
+# the job line of tandem_ranks.jsonl (the dashboard's "The strategy (...)") names the strategy that ran and its codec
+job_says() { grep '"kind":"job"' "$T/$1/tandem_ranks.jsonl" | tail -n 1 | grep -q "\"sync\":\"$2\",\"compression\":\"$3\""; }
+check 'job_says ddp ddp fp32 && job_says ddp-int8 compressed int8 && job_says dl-int8-job diloco int8'
 
 # ---- 0 < N: the rounds start from plain DP's step N (checkpoint-4 of ddp, resumed as DiLoCo with H = 4)
 train_machines_ok s4 2 1 sync_mode=diloco diloco_inner_steps=4 diloco_sync_steps=4 save_steps=4

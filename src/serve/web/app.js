@@ -36,6 +36,8 @@ function dur(s) {
   const h = Math.floor(s / 3600), m = Math.floor(s % 3600 / 60), x = s % 60;
   return (h ? h + 'h ' : '') + (h || m ? m + 'm ' : '') + x + 's';
 }
+/* the exchange's codec after the strategy's name, when it is not plain fp32 */
+function codec(job) { return job.compression && job.compression !== 'fp32' ? ' ' + job.compression : ''; }
 function fmt(x, d) { return x === null || x === undefined ? '–' : Number(x).toPrecision(d || 4); }
 function table(head, rows) {
   return el('table', {}, el('tr', {}, head.map(h => el('th', {}, h))), rows);
@@ -277,7 +279,7 @@ function links(r) {
                              : el('span', {}, 'Capacity: ', el('b', {}, job.capacity_note))));
     out.push(el('p', {class: 'muted'}, 'In and out count every byte of the machine\'s network interfaces but the loopback (/proc/net/dev).'));
   }
-  out.push(el('p', {}, `The strategy (${job.sync}${job.zero_stage ? ', ZeRO stage ' + job.zero_stage : ''}) sends ` +
+  out.push(el('p', {}, `The strategy (${job.sync}${codec(job)}${job.zero_stage ? ', ZeRO stage ' + job.zero_stage : ''}) sends ` +
     `${bytes(per)} per step from each machine` + (per && eta && eta.step_s ? `: ${bytes(per / eta.step_s)}/s at the current step time.` : '.')));
   fill('links', out);
 }
@@ -311,7 +313,7 @@ function jobPanel(r) {
     el('td', {}, [...new Set(qs.map(q => q.threads + ' threads'))].join(', ')),
     el('td', {class: 'muted'}, [...new Set(qs.map(q => q.device))].join('; '))));
   const out = [el('p', {}, `${j.machines} machine(s), ${j.world} rank(s); ${j.model} model, ${j.trainable} trainable and ` +
-      `${j.frozen} frozen parameters; ${j.sync}${j.balance_ranks ? ' with balance_ranks' : ''}, ZeRO stage ${j.zero_stage}, ` +
+      `${j.frozen} frozen parameters; ${j.sync}${codec(j)}${j.balance_ranks ? ' with balance_ranks' : ''}, ZeRO stage ${j.zero_stage}, ` +
       `global batch ${j.global_batch}, ${j.total_steps} steps.`),
     table(['host', 'ranks', 'cores per rank', 'device'], rows)];
   if (j.topology) for (const t of j.topology) out.push(el('div', {}, el('b', {}, 'tandem topo on ' + t.host)), el('pre', {}, t.text));
