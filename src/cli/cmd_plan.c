@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "comm/compress.h"
+#include "backend/backend.h"
 #include "core/core.h"
 #include "launch/hostfile.h"
 #include "model/model_config.h"
@@ -26,7 +27,7 @@
 typedef struct {
     const char *hostfile, *link, *model_config_path;
     int machines, ranks_per_machine, ranks_per_core, seq, json, n_overrides;
-    double compute_tflops, step_time, latency_ms, memory_gb, link_cpu_ns;
+    double compute_tflops, step_time, latency_ms, memory_gb, link_cpu_ns, refault_ns; /* refault_ns < 0: measure */
     const char *local;
     char **overrides; /* CONFIG.yaml and key=value */
 } plan_args;
@@ -42,7 +43,7 @@ static int parse_num(const char *opt, const char *v, double lo, double *out) {
 
 static int parse_args(int argc, char **argv, plan_args *a) {
     memset(a, 0, sizeof *a);
-    a->latency_ms = 0.1;
+    a->latency_ms = 0.1, a->refault_ns = -1;
     a->overrides = tn_xcalloc((size_t)argc + 1, sizeof *a->overrides);
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -59,6 +60,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         else if (!strcmp(o, "--step-time")) rc = parse_num(o, v, 1e-9, &a->step_time);
         else if (!strcmp(o, "--latency-ms")) rc = parse_num(o, v, 0, &a->latency_ms);
         else if (!strcmp(o, "--link-cpu")) rc = parse_num(o, v, 0, &a->link_cpu_ns);
+        else if (!strcmp(o, "--refault-ns")) rc = parse_num(o, v, 0, &a->refault_ns);
         else if (!strcmp(o, "--memory")) rc = parse_num(o, v, 1e-6, &a->memory_gb);
         else if (!strcmp(o, "--json")) a->json = 1, takes = 0;
         else if (o[0] == '-' && o[1] == '-') rc = tn_err("unknown option '%s' (see tandem plan --help)", o);
@@ -182,6 +184,30 @@ static void measure_codecs(tn_plan_job *job) {
     free(x), free(e), free(out), free(buf);
 }
 
+/* Seconds per byte to write a page the CPU backend released (cpu_release: MADV_DONTNEED, the kernel faults and
+ * clears it again on the next write, as ZeRO's gradients and stage 3's gathered parameters are every step) beyond
+ * writing it in place; best of 3 over 64 MB released in pieces of 1 MB: ZeRO releases a unit's chunks (a 4 MB
+ * bucket split N ways, at unaligned offsets), which rarely hold a whole aligned 2 MB page, so they come back as
+ * 4 KB pages. */
+static double measure_refault(void) {
+    const tn_backend *be = tn_backend_cpu();
+    const size_t n = (size_t)1 << 24, piece = (size_t)1 << 18;
+    float *p = be->alloc(n);
+    memset(p, 1, n * sizeof *p); /* resident before the first timing */
+    double in_place = 1e9, again = 1e9;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_s();
+        memset(p, rep + 2, n * sizeof *p);
+        double t1 = now_s();
+        for (size_t i = 0; i < n; i += piece) be->release(p + i, piece);
+        memset(p, rep + 2, n * sizeof *p);
+        double t2 = now_s();
+        in_place = fmin(in_place, t1 - t0), again = fmin(again, t2 - t1);
+    }
+    be->free(p);
+    return fmax(0, again - in_place) / (double)(n * sizeof *p);
+}
+
 /* FLOPs of one rank's step (PaLM's convention, as bench train counts them): 6 N per token for full training,
  * 4 N + 6 N_lora under LoRA (no weight gradients for the base), a recomputed forward with checkpointing,
  * attention's two products 12 L (H hd) S per token. */
@@ -270,6 +296,8 @@ int tn_cmd_plan(int argc, char **argv) {
     tn_plan_job_set_groups(&job, &cfg, &mc, seq);
     double flops = step_flops(&cfg, &mc, &need, seq), rank_mem = a.memory_gb * 1e9;
     if (a.compute_tflops <= 0) measure_codecs(&job); /* a GPU encodes at its memory bandwidth: negligible */
+    if (a.refault_ns >= 0) job.refault_s_per_byte = a.refault_ns * 1e-9;
+    else if (a.compute_tflops <= 0) job.refault_s_per_byte = measure_refault(); /* a GPU's memory stays allocated */
     const char *source = "given";
     if (a.compute_tflops > 0) job.compute_s = flops / (a.compute_tflops * 1e12);
     else if (a.step_time > 0) job.compute_s = a.step_time;
@@ -299,10 +327,11 @@ int tn_cmd_plan(int argc, char **argv) {
     if (a.json) print_json(rows, best, mine, job.compute_s);
     else {
         printf("tandem plan: %s, %.4g M trainable parameters (%s), %d machine(s) x %d rank(s), link %.2f MB/s each way%s "
-               "(%.3g ns of CPU a byte), compute %.3f s a step (%s; %.3g TFLOP a step), %d tokens a sequence\n",
+               "(%.3g ns of CPU a byte), compute %.3f s a step (%s; %.3g TFLOP a step), %d tokens a sequence, "
+               "%.3g ns a byte to write a released page again\n",
                cfg.source_path, need.trainable / 1e6, lora ? "LoRA" : "full", c.machines, c.ranks_per_machine,
                c.link_Bps / 1e6, measured_at > 0 ? " (measured by bench allreduce)" : "", c.link_cpu_s_per_byte * 1e9,
-               job.compute_s, source, flops / 1e12, seq);
+               job.compute_s, source, flops / 1e12, seq, job.refault_s_per_byte * 1e9);
         print_table(rows, best, mine);
         if (best < 0) printf("none fits in %.2f GB a rank: lower per_device_train_batch_size or cutoff_len, or use LoRA\n", rank_mem / 1e9);
         else print_reasons(rows, best, mine, &c, job.compute_s, rank_mem);

@@ -241,6 +241,17 @@ static double memory(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_str
     return state + j->frozen_bytes + j->act_bytes;
 }
 
+/* Bytes one rank's core writes a step into pages the backend released (cpu_release: the kernel faults and clears
+ * each again on its next write) where DDP writes in place: stage 3 releases the parameters outside its chunks
+ * ((N-1)/N of them) after each use and gathers them into released pages twice a step, in forward and in backward.
+ * (Stages 2-3 also release the gradient outside the shard; backward's writes into it showed no clearing in the
+ * profile of docs/performance.md, "ZeRO-3's refaults", and are not charged.) */
+static double refault_bytes(const tn_plan_job *j, const tn_plan_cluster *c, int stage) {
+    double G = 4 * j->trainable, N = (double)c->machines * c->ranks_per_machine;
+    if (stage < 3) return 0;
+    return 2 * G * (N - 1) / N;
+}
+
 /* link_cpu: the link's CPU seconds for the step's bytes on each rank's core; DDP's buckets say how much of it falls
  * under compute, the other schedules overlap their exchange with compute throughout and take all of it. */
 static void predict_one(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_strategy s, tn_plan_row *r,
@@ -250,7 +261,11 @@ static void predict_one(const tn_plan_job *job, const tn_plan_cluster *c, tn_pla
     tn_plan_job busier = *job;
     if (s > TN_PLAN_DDP_INT4) busier.compute_s += link_cpu;
     if (s <= TN_PLAN_DDP_INT4) predict_ddp(job, c, r, link_cpu);
-    else if (s <= TN_PLAN_ZERO3) predict_zero(&busier, c, r, s - TN_PLAN_ZERO1 + 1);
+    else if (s <= TN_PLAN_ZERO3) { /* the refaults run inside the passes, on the core that computes */
+        int stage = s - TN_PLAN_ZERO1 + 1;
+        busier.compute_s += job->refault_s_per_byte * refault_bytes(job, c, stage) * sharing(c);
+        predict_zero(&busier, c, r, stage);
+    }
     else predict_diloco(&busier, c, r);
 }
 

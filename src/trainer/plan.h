@@ -14,6 +14,9 @@
  *                Contiguous shards (zero_shard_layout: contiguous): a bucket's bytes all go to one machine,
  *                (M-1) G/M per owner, one owner after another: the step waits for a shard each way;
  *   zero 3       + every group gathered again before backward (beside the reduce-scatter);
+ *                Stage 3 releases the parameters outside its chunks after each use: on the CPU the kernel
+ *                faults and clears each released page again when the next gather writes it
+ *                (refault_s_per_byte, twice a step), which DDP's parameters, written in place, do not pay;
  *   diloco H     gradients summed inside the machine each step; between machines a pseudo-gradient every H
  *                steps ((M-1) E), overlapped with the next round: only what exceeds a round's compute shows.
  * A bucket can leave only when backward has made its gradient final: backward runs from the last layer (and the
@@ -88,6 +91,9 @@ typedef struct {
     int zero_contiguous;      /* ZeRO's shards: 0 balanced, 1 contiguous (zero_shard_layout) */
     double encode_s[4], decode_s[4]; /* seconds per float of each codec (compress.h's order: fp32, bf16, int8, int4)
                                       * on the core that runs the step; 0: free */
+    double refault_s_per_byte; /* the core's seconds per byte to write a released page again (the backend's
+                               * release hands it to the kernel, which clears it on the next write) beyond writing it
+                               * in place; 0: free (a GPU: nothing released goes back to a kernel) */
     int n_groups;             /* gradient groups in slab order (embedding first, the final norm and lm_head
                                * last); backward completes them last first. 0: buckets ready evenly through it */
     double group_floats[TN_PLAN_MAX_GROUPS]; /* trainable floats of each group */

@@ -67,10 +67,11 @@ static void start(tn_strategy *s) {
     if (!z->zero) z->zero = tn_zero_create(s->a.comm, s->a.model, s->a.stage, z->layout);
 }
 
-/* stages 2-3: released, the slab reads as zeros and holds no memory until backward writes it */
+/* stages 2-3: zeros; outside the shard released, holding no memory until backward writes it */
 static void clear_grads(tn_strategy *s) {
     tn_model *m = s->a.model;
-    (s->a.stage >= 2 ? m->be->release : m->be->zero)(m->grad, m->n_trainable);
+    if (s->a.stage >= 2 && zero_of(s)) tn_zero_clear_grads(zero_of(s));
+    else (s->a.stage >= 2 ? m->be->release : m->be->zero)(m->grad, m->n_trainable);
 }
 
 /* every rank adds the shards' sums of squares in the same order: the same norm everywhere */

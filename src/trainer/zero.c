@@ -126,6 +126,21 @@ static void on_params(void *ctx, int g, int need, int next) {
     if (z->track) sample_peak(z);
 }
 
+/* Stages 2-3 before backward: the gradient outside this rank's shard goes back to the system (reduce-scatter
+ * released most of it already), its shard is zeroed in place. Released, the shard would be faulted back and
+ * cleared by the kernel as backward writes it, every step; it stays resident between steps anyway (4P/N). */
+void tn_zero_clear_grads(tn_zero *z) {
+    const tn_backend *be = z->m->be;
+    float *g = z->m->grad;
+    size_t at = 0; /* the spans are in slab order */
+    for (int i = 0; i < z->n_own; i++) {
+        if (z->own[i].lo > at) be->release(g + at, z->own[i].lo - at);
+        be->zero(g + z->own[i].lo, z->own[i].n);
+        at = z->own[i].lo + z->own[i].n;
+    }
+    if (z->m->n_trainable > at) be->release(g + at, z->m->n_trainable - at);
+}
+
 void tn_zero_track_peak(tn_zero *z, int on) { z->track = on, z->peak = 0; }
 
 size_t tn_zero_peak_bytes(tn_zero *z) {

@@ -54,6 +54,8 @@ void tn_zero_end_full(tn_zero *z);
  * update (stages 1-2: it also waits for this rank's parameter sends still reading the shard). -1 + tn_err
  * when the exchange fails, or a parameter all-gather of the pass before did (tn_zero_status). */
 int tn_zero_clip(tn_zero *z, double max_norm, double *norm);
+/* Stages 2-3, before a step's backward: gradients zero, resident only in this rank's shard. */
+void tn_zero_clear_grads(tn_zero *z);
 void tn_zero_resident_bytes(const tn_zero *z, tn_zero_resident *r);
 /* Benchmarks: the most parameter + gradient bytes resident at any group boundary of the passes since the
  * last call (sampled at every gather and release; costs a residency scan each, so off unless asked). */

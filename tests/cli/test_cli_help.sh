@@ -29,7 +29,7 @@ for cmd in train launch export chat generate init-model compare tokenize dashboa
 done
 for pair in cmd_launch.c:launch cmd_compare.c:compare cmd_tokenize.c:tokenize cmd_chat.c:generate \
   cmd_export.c:init-model cmd_bench.c:bench cmd_bench_allreduce.c:"bench allreduce" cmd_bench_vl.c:"bench vl" cmd_bench_resnet.c:"bench resnet" cmd_topo.c:topo \
-  cmd_dashboard.c:dashboard cmd_train.c:train; do
+  cmd_dashboard.c:dashboard dashboard_flag.c:train dashboard_flag.c:launch; do
   file=${pair%%:*} cmd=${pair#*:}
   "$BIN" $cmd --help >"$T/page" 2>&1
   n=0

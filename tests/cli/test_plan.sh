@@ -77,9 +77,9 @@ check 'grep -q "2 machine(s) x 2 rank(s), link 5.00 MB/s each way (measured by b
 # the record's CPU a byte (bench allreduce measures it) is used as --link-cpu would be (a record without it: none)
 printf '{"hosts": ["nodeA", "nodeB"], "ranks": 4, "bytes": 1e8, "seconds": 10, "machine_Bps": 5000000, "time": %s, "link_cpu_ns": 100}\n' \
   "$(date +%s)" >"$T/logcpu.jsonl"
-TANDEM_BENCH_LOG=$T/logcpu.jsonl "$BIN" plan "$TINY" --hostfile "$T/hosts" --step-time 0.612 --json >"$T/h3" 2>&1
-TANDEM_BENCH_LOG=$T/log.jsonl "$BIN" plan "$TINY" --hostfile "$T/hosts" --step-time 0.612 --json >"$T/h3none" 2>&1
-"$BIN" plan "$TINY" --machines 2 --ranks-per-machine 2 --link 5000000 --step-time 0.612 --link-cpu 100 --json >"$T/h3given" 2>&1
+TANDEM_BENCH_LOG=$T/logcpu.jsonl "$BIN" plan "$TINY" --hostfile "$T/hosts" --step-time 0.612 --refault-ns 0.5 --json >"$T/h3" 2>&1
+TANDEM_BENCH_LOG=$T/log.jsonl "$BIN" plan "$TINY" --hostfile "$T/hosts" --step-time 0.612 --refault-ns 0.5 --json >"$T/h3none" 2>&1
+"$BIN" plan "$TINY" --machines 2 --ranks-per-machine 2 --link 5000000 --step-time 0.612 --link-cpu 100 --refault-ns 0.5 --json >"$T/h3given" 2>&1
 check 'python3 - "$T/h3" "$T/h3given" "$T/h3none" <<"PY"
 import json, sys
 rec, given, none = ({r["strategy"]: r["step_s"] for r in map(json.loads, open(f)) if "strategy" in r} for f in sys.argv[1:])
@@ -87,6 +87,17 @@ fp32 = ["ddp", "zero1", "zero2", "zero3", "diloco"]  # (the codec rows add an en
 assert len(rec) == 10 and all(abs(rec[s] - given[s]) < 1e-9 for s in fp32), (rec, given)
 assert rec["ddp"] > none["ddp"] + 1e-3, (rec, none)
 PY'
+# the cost of writing released pages again (measured at start-up unless given) is ZeRO-3's alone, and said
+"$BIN" plan "$TINY" --machines 1 --ranks-per-machine 2 --step-time 0.612 --refault-ns 0 --json >"$T/rf0" 2>&1
+"$BIN" plan "$TINY" --machines 1 --ranks-per-machine 2 --step-time 0.612 --refault-ns 20 --json >"$T/rf20" 2>&1
+check 'python3 - "$T/rf0" "$T/rf20" <<"PY"
+import json, sys
+a, b = ({r["strategy"]: r["step_s"] for r in map(json.loads, open(f)) if "strategy" in r} for f in sys.argv[1:])
+assert all(a[s] == b[s] for s in ("ddp", "zero1", "zero2", "diloco")), (a, b)
+assert b["zero3"] > a["zero3"] + 1e-3, (a, b)
+PY'
+"$BIN" plan "$TINY" --machines 1 --ranks-per-machine 2 --step-time 0.612 --refault-ns 20 >"$T/rf20.txt" 2>&1
+check 'grep -q "20 ns a byte to write a released page again" "$T/rf20.txt"'
 # a 2-rank run on two faked machines sets its measured step beside the plan: without a recorded link it says so;
 # with one (bench allreduce's record for this host) it predicts the config's own strategy
 if command -v mpirun >/dev/null 2>&1; then

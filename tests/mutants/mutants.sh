@@ -271,6 +271,9 @@ mutant dashboard-event-ring-without-byte-bound serve/dash_store.c \
   's->bytes + b.n > STORE_EVENT_BYTES' 's->bytes + b.n > 4 * STORE_EVENT_BYTES' test_unit_dashboard
 mutant dashboard-cpu-in-clock-ticks serve/dashboard.c \
   'if (clock_gettime(clock, &ts) != 0) return -1;' 'if (clock_gettime(clock, &ts) != 0 || 1) return -1;' test_unit_dashboard
+# ZeRO 2-3 zero the gradient shard in place before backward (zero.c): skipped, it accumulates over the steps
+mutant zero-grad-shard-not-zeroed trainer/zero.c \
+  'be->zero(g + z->own[i].lo, z->own[i].n);' '(void)0;' test_zero.sh
 # the plan's cost model (tests/unit/test_unit_plan.c)
 mutant plan-allreduce-bytes-halved trainer/plan.c \
   'r->link_bytes = M > 1 ? 2 * (M - 1) / M * G : 0;' 'r->link_bytes = M > 1 ? (M - 1) / M * G : 0;' test_unit_plan
@@ -285,6 +288,13 @@ mutant plan-ranks-per-core-ignored trainer/plan.c \
 mutant plan-zero3-gathers-wait-for-gradients trainer/plan.c \
   'fmax(queue_end(ready, nb, bwd, unit, NULL), back + bwd / fmax(nb, 1))' 'queue_end(ready, nb, bwd, back, NULL)' \
   test_unit_plan
+mutant plan-zero3-refaulted-once-a-step trainer/plan.c \
+  'return 2 * G * (N - 1) / N;' 'return G * (N - 1) / N;' test_unit_plan
+mutant plan-refaults-not-shared-on-a-core trainer/plan.c \
+  'job->refault_s_per_byte * refault_bytes(job, c, stage) * sharing(c)' 'job->refault_s_per_byte * refault_bytes(job, c, stage)' \
+  test_unit_plan
+mutant plan-refaults-charged-to-stage-2 trainer/plan.c \
+  'if (stage < 3) return 0;' 'if (stage < 2) return 0;' test_unit_plan
 mutant plan-tied-head-floats-left-in-the-head trainer/plan.c \
   'D + (mc->tie_word_embeddings ? 0 : V * D)' 'D + V * D' test_unit_plan
 mutant plan-diloco-round-not-hidden trainer/plan.c \

@@ -176,6 +176,29 @@ static void test_link_cpu(void) {
     for (int s = 0; s < TN_PLAN_N; s++) CHECK(r[s].step_s == free_cpu[s].step_s);
 }
 
+/* Pages the backend released and a rank writes again (refault_s_per_byte, 1 ns a byte here), on one machine of 4
+ * ranks, compute-bound: ZeRO-3 gathers the parameters outside its chunks, 3/4 of G = 3 MB, into released pages
+ * twice (forward, backward): 6 MB, 6 ms. The in-machine exchange (G 3/4 at 5 GB/s a pass, 0.6 ms) shows by one
+ * bucket of 8 in each pass: 1 + 0.006 + 2 x 0.6 ms / 8. DDP, ZeRO-1/2 (parameters resident) and DiLoCo write in
+ * place: unchanged. Two ranks a core: each one's faults land on both. */
+static void test_refault_cost(void) {
+    tn_plan_job j = job_1m();
+    tn_plan_cluster c = cluster(1, 4, 1e6);
+    tn_plan_row r[TN_PLAN_N], free_faults[TN_PLAN_N];
+    tn_plan_predict(&j, &c, free_faults);
+    j.refault_s_per_byte = 1e-9;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].step_s, 1 + 6e-3 + 2 * 0.6e-3 / 8, 1e-12);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].step_s - free_faults[TN_PLAN_ZERO3].step_s, 6e-3, 1e-12);
+    CHECK(r[TN_PLAN_ZERO2].step_s == free_faults[TN_PLAN_ZERO2].step_s);
+    CHECK(r[TN_PLAN_DDP].step_s == free_faults[TN_PLAN_DDP].step_s);
+    CHECK(r[TN_PLAN_ZERO1].step_s == free_faults[TN_PLAN_ZERO1].step_s);
+    CHECK(r[TN_PLAN_DILOCO].step_s == free_faults[TN_PLAN_DILOCO].step_s);
+    c.ranks_per_core = 2;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].step_s - free_faults[TN_PLAN_ZERO3].step_s, 12e-3, 1e-12);
+}
+
 /* Two ranks a core (four machines' namespaces on two cores): compute_s was measured so shared, and the CPU each
  * rank spends beyond it lands on both. DiLoCo: 25 ns x 4 MB / 8 a step = 12.5 ms per rank, 25 ms on the core, and
  * its round end's 6 passes twice; int8's codec twice (10 ns to encode and 1 ns to decode each of 2 encodings). */
@@ -307,6 +330,7 @@ int main(void) {
     test_codec_cost();
     test_link_cpu();
     test_ranks_per_core();
+    test_refault_cost();
     test_bucket_readiness();
     test_groups_from_model();
     test_parse_link();
