@@ -145,7 +145,11 @@ dcpu=$(echo "$line" | sed -n 's/.* of CPU, \([0-9.]*\)% of this process.*/\1/p')
 check '[ -n "$mon" ] && within "$mon" 1'
 check '[ -n "$dcpu" ] && within "$dcpu" 1'
 n_steps=$(grep -c '"kind": "step"' "$T/load/tandem_ranks.jsonl")
-n_full=$(grep '"kind": "step"' "$T/load/tandem_ranks.jsonl" | grep -vc null)
+# a step line's "ranks" holds null for a rank whose note never came; its "memory" holds null for a rank that did
+# not sample memory at that step (each rank samples every 2 s by its own clock, so the two can be a step apart)
+n_full=$(/usr/bin/python3 -c 'import json, sys
+print(sum(1 for l in open(sys.argv[1]) for d in [json.loads(l)] if d["kind"] == "step" and None not in d["ranks"]))' \
+  "$T/load/tandem_ranks.jsonl")
 echo "tandem_ranks.jsonl: $n_steps step lines, $n_full with both ranks' notes"
 check '[ "$n_steps" -eq 600 ] && [ "$n_full" -eq 600 ]'
 
