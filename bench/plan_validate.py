@@ -9,7 +9,7 @@ namespaces; about 15 minutes).
 
 --recorded 2026-11-28 takes instead the rows that --fresh measured on 2026-11-28 05:56-06:17 (docs/performance.md,
 "Validation in one invocation with the pinning fixed"): the plan of today against that quiet run, without
-running it again.
+running it again; 2026-11-28T09:25 and 2026-11-28T12:15 the later quiet runs of that day.
 
 Usage: bench/plan_validate.py [--bin build/tandem] [--markdown] [--fresh local,netns [--rounds R] | --recorded DAY]
 """
@@ -56,7 +56,27 @@ FRESH_1128 = [
       "zero3": 4.546, "diloco": 1.688, "diloco+int8": 1.369, "diloco+int4": 1.203}),
     ("local", "small", 1, 2, 4.358, 11.95e6, 0.0, 1, {"ddp": 4.772, "zero1": 4.767, "zero2": 5.021, "zero3": 5.002}),
 ]
-RECORDED = {"2026-11-28": FRESH_1128}
+# --fresh of 2026-11-28 09:25-09:48 and 12:15-12:37 (the lead's quiet windows; docs/performance.md, "Validation in
+# one invocation with bucket readiness ..." and "The quiet run after the cut")
+FRESH_1128_0925 = [
+    ("netns", "tiny", 2, 1, 0.654, 11.44e6, 12.0, 1,
+     {"ddp": 2.273, "ddp+bf16": 1.287, "ddp+int8": 0.999, "ddp+int4": 0.926, "zero1": 2.150, "zero2": 2.132,
+      "zero3": 2.552, "diloco": 0.682, "diloco+int8": 0.650, "diloco+int4": 0.587}),
+    ("netns4", "tiny", 4, 1, 1.279, 11.43e6, 30.8, 2,
+     {"ddp": 3.943, "ddp+bf16": 4.138, "ddp+int8": 2.805, "ddp+int4": 2.453, "zero1": 4.127, "zero2": 4.191,
+      "zero3": 5.003, "diloco": 1.911, "diloco+int8": 1.385, "diloco+int4": 1.441}),
+    ("local", "small", 1, 2, 5.007, 11.95e6, 0.0, 1, {"ddp": 5.611, "zero1": 5.286, "zero2": 5.062, "zero3": 6.306}),
+]
+FRESH_1128_1215 = [
+    ("netns", "tiny", 2, 1, 0.637, 11.48e6, 12.8, 1,
+     {"ddp": 2.190, "ddp+bf16": 1.287, "ddp+int8": 0.982, "ddp+int4": 0.848, "zero1": 2.022, "zero2": 2.038,
+      "zero3": 2.539, "diloco": 0.630, "diloco+int8": 0.613, "diloco+int4": 0.601}),
+    ("netns4", "tiny", 4, 1, 1.206, 11.48e6, 39.8, 2,
+     {"ddp": 3.736, "ddp+bf16": 3.743, "ddp+int8": 2.728, "ddp+int4": 2.293, "zero1": 3.805, "zero2": 4.089,
+      "zero3": 4.737, "diloco": 1.687, "diloco+int8": 1.345, "diloco+int4": 1.295}),
+    ("local", "small", 1, 2, 4.731, 11.95e6, 0.0, 1, {"ddp": 5.466, "zero1": 5.644, "zero2": 5.502, "zero3": 5.747}),
+]
+RECORDED = {"2026-11-28": FRESH_1128, "2026-11-28T09:25": FRESH_1128_0925, "2026-11-28T12:15": FRESH_1128_1215}
 
 
 def recorded_rows(day):
@@ -87,7 +107,7 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--fresh", default="", help="setups to measure now: local,netns (plan_fresh.py)")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--recorded", default="", help="a --fresh run recorded in docs/performance.md: 2026-11-28")
+    ap.add_argument("--recorded", default="", help="a --fresh run recorded in docs/performance.md: 2026-11-28, 2026-11-28T09:25, 2026-11-28T12:15")
     args = ap.parse_args()
     table = recorded_rows(args.recorded) if args.recorded else ROWS
     if args.fresh:

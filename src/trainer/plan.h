@@ -28,8 +28,10 @@
  * bytes plus one chain's latency, or its chains' latency in rounds of what is in flight, whichever is longer.
  * Moving bytes costs CPU too (the TCP stack, MPI, the progress thread: bench allreduce measures it per machine), and
  * that CPU is taken from the cores that compute: a machine's link_cpu_s_per_byte x its link bytes, shared by its
- * ranks, lengthens each rank's compute, by the share of the transfer that runs under backward for DDP (after it the
- * core only waits) and all of it for ZeRO and DiLoCo, whose exchanges run beside compute. Ranks that share a core
+ * ranks, lengthens each rank's compute by the share of the transfer that runs while the core computes: for DDP
+ * what crosses under backward (after it the core only waits), for balanced ZeRO its gathers and reduce-scatters
+ * but the first unit's gather before the forward and what queues after backward, all of it for DiLoCo, whose
+ * round exchange runs beside the next round's compute. Ranks that share a core
  * (ranks_per_core) were measured so; the CPU beyond compute of each (link, codec) lands on all of them.
  * Memory per rank: the ZeRO formulas over trainable state (16 bytes a parameter: weight, gradient, two AdamW
  * moments; stage 1 8 + 8/N, stage 2 4 + 12/N, stage 3 16/N), frozen weights (4 bytes), activations of one
