@@ -12,6 +12,7 @@ namespaces; about 15 minutes).
 running it again; 2026-11-28T09:25 and 2026-11-28T12:15 the later quiet runs of that day.
 
 Usage: bench/plan_validate.py [--bin build/tandem] [--markdown] [--fresh local,netns [--rounds R] | --recorded DAY]
+       [--refault-ns NS] [--copy-ns NS]
 """
 import argparse, json, os, subprocess, sys
 
@@ -94,8 +95,8 @@ def load():
     return float(open("/proc/loadavg").read().split()[0])
 
 
-def predict(binary, preset, machines, ranks, overrides, t1, link):
-    cmd = [binary, "plan", os.path.join(HERE, "plan", preset + ".yaml"), *overrides, "--machines", str(machines),
+def predict(binary, preset, machines, ranks, overrides, t1, link, fixed=()):
+    cmd = [binary, "plan", os.path.join(HERE, "plan", preset + ".yaml"), *overrides, *fixed, "--machines", str(machines),
            "--ranks-per-machine", str(ranks), "--link", repr(link), "--step-time", repr(t1), "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return {r["strategy"]: r for r in map(json.loads, out.splitlines())}
@@ -107,6 +108,8 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--fresh", default="", help="setups to measure now: local,netns (plan_fresh.py)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--refault-ns", type=float, help="give the plan this instead of measuring it where it runs")
+    ap.add_argument("--copy-ns", type=float, help="give the plan this instead of measuring it where it runs")
     ap.add_argument("--recorded", default="", help="a --fresh run recorded in docs/performance.md: 2026-11-28, 2026-11-28T09:25, 2026-11-28T12:15")
     args = ap.parse_args()
     table = recorded_rows(args.recorded) if args.recorded else ROWS
@@ -117,9 +120,13 @@ def main():
         table = plan_fresh.rows(args.fresh.split(","), args.rounds, load)
     print("| preset | strategy | machines x ranks | T1 s | link MB/s | measured s | predicted s | error | recorded in |")
     print("|---|---|---|---|---|---|---|---|---|")
+    fixed = []  # the costs the plan would otherwise measure where it runs (the host's load moves them)
+    for k in ("refault_ns", "copy_ns"):
+        if getattr(args, k) is not None:
+            fixed += ["--" + k.replace("_", "-"), str(getattr(args, k))]
     worst = 0.0
     for preset, strategy, m, r, ov, t1, link, measured, where in table:
-        p = predict(args.bin, preset, m, r, ov, t1, link)[strategy]["step_s"]
+        p = predict(args.bin, preset, m, r, ov, t1, link, fixed)[strategy]["step_s"]
         err = p / measured - 1
         worst = max(worst, abs(err))
         print(f"| {preset} | {strategy} | {m} x {r} | {t1:.3f} | {link / 1e6:.2f} | {measured:.3f} | {p:.3f} | "

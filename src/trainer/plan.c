@@ -276,8 +276,22 @@ static double refault_bytes(const tn_plan_job *j, const tn_plan_cluster *c, int 
     return 2 * G * (N - 1) / N;
 }
 
-/* link_cpu: the link's CPU seconds for the step's bytes on each rank's core; DDP's buckets and balanced ZeRO's
- * passes say how much of it falls under compute, DiLoCo (and contiguous ZeRO) take all of it. */
+/* Passes of an in-machine sum (a reduce-scatter or an all-gather inside the machine) a step of s runs: DDP's
+ * all-reduce two (compressed DDP sums inside the machine as DDP), ZeRO's gather and reduce-scatter two and
+ * stage 3's second gather one more, DiLoCo's every-step sum two. */
+static double local_passes(tn_plan_strategy s) { return s == TN_PLAN_ZERO3 ? 3 : 2; }
+
+/* The core's CPU for one rank's in-machine passes over G bytes (comm_shm.c): an all-reduce copies the rank's G
+ * into its input slot, sums its 1/R slice of the R inputs ((R-1) G/R adds and a G/R copy: G of streaming) and
+ * copies the result out, 3 G a rank: 1.5 G a pass, at copy_s_per_byte. Nothing with one rank a machine. */
+static double local_cpu(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_strategy s) {
+    if (c->ranks_per_machine < 2) return 0;
+    return local_passes(s) * 1.5 * 4 * j->trainable * j->copy_s_per_byte * sharing(c);
+}
+
+/* link_cpu: the link's (and the in-machine sum's) CPU seconds for the step's bytes on each rank's core; DDP's
+ * buckets and balanced ZeRO's passes say how much of it falls under compute, DiLoCo (and contiguous ZeRO) take
+ * all of it. */
 static void predict_one(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_strategy s, tn_plan_row *r,
                         double link_cpu) {
     memset(r, 0, sizeof *r);
@@ -299,9 +313,9 @@ void tn_plan_predict(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_r
     for (int s = 0; s < TN_PLAN_N; s++) {
         tn_plan_row *r = &rows[s];
         predict_one(job, c, (tn_plan_strategy)s, r, 0);
-        if (c->machines > 1 && c->link_cpu_s_per_byte > 0) /* the bytes' CPU comes out of the ranks' compute */
-            predict_one(job, c, (tn_plan_strategy)s, r,
-                        c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine * sharing(c));
+        double cpu = local_cpu(job, c, (tn_plan_strategy)s); /* the bytes' CPU comes out of the ranks' compute */
+        if (c->machines > 1) cpu += c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine * sharing(c);
+        if (cpu > 0) predict_one(job, c, (tn_plan_strategy)s, r, cpu);
         r->exposed_s = r->step_s - job->compute_s;
         r->tokens_per_s = r->step_s > 0 ? ranks * job->tokens_per_rank / r->step_s : 0;
         r->memory_bytes = memory(job, c, r->strategy);

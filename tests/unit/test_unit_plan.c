@@ -207,6 +207,33 @@ static void test_zero_link_cpu(void) {
     CHECK_NEAR(r[TN_PLAN_ZERO2].step_s, 1 + 0.1 * 7 / 8 + 2 * 0.25e-3, 1e-12);
 }
 
+/* The in-machine sum's copies and adds on the ranks' cores (copy_s_per_byte, 1 ns a byte): one machine of 2 ranks,
+ * G = 4 MB. DDP's all-reduce streams 3 G a rank (copy in, sum a slice: G read, copy out): 12 ms; its exchange (2 G
+ * (R-1)/R at 5 GB/s, 0.8 ms in 8 buckets of 0.1 ms, each ready an eighth of backward after the one before) runs
+ * under backward but the last bucket's: x = 12 ms x 7/8, step 1 + x + 0.1 ms. ZeRO-2: a gather and a
+ * reduce-scatter inside the machine (0.4 ms each, 1.5 G = 6 ms of copies each): under compute but the first
+ * gather's and the last reduce-scatter's unit, x = 12 ms x 7/8, step 1 + x + 2 x 0.05 ms. ZeRO-3 gathers again in
+ * backward, 18 ms: x = 18 ms x 7/8, step 1 + x + 0.1 ms. Two ranks a core: twice. A rank alone on its machine sums
+ * nothing: no cost. */
+static void test_local_copy_cpu(void) {
+    tn_plan_job j = job_1m();
+    j.copy_s_per_byte = 1e-9;
+    tn_plan_cluster c = cluster(1, 2, 1e6);
+    tn_plan_row r[TN_PLAN_N], free_copies[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 1 + 12e-3 * 7 / 8 + 0.1e-3, 1e-12);
+    CHECK_NEAR(r[TN_PLAN_ZERO2].step_s, 1 + 12e-3 * 7 / 8 + 2 * 0.05e-3, 1e-12);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].step_s, 1 + 18e-3 * 7 / 8 + 0.1e-3, 1e-12);
+    c.ranks_per_core = 2;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 1 + 24e-3 * 7 / 8 + 0.1e-3, 1e-12);
+    c = cluster(2, 1, 1e9);
+    tn_plan_predict(&j, &c, r);
+    j.copy_s_per_byte = 0;
+    tn_plan_predict(&j, &c, free_copies);
+    for (int s = 0; s < TN_PLAN_N; s++) CHECK(r[s].step_s == free_copies[s].step_s);
+}
+
 /* Pages the backend released and a rank writes again (refault_s_per_byte, 1 ns a byte here), on one machine of 4
  * ranks, compute-bound: ZeRO-3 gathers the parameters outside its chunks, 3/4 of G = 3 MB, into released pages
  * twice (forward, backward): 6 MB, 6 ms. The in-machine exchange (G 3/4 at 5 GB/s a pass, 0.6 ms) shows by one
@@ -361,6 +388,7 @@ int main(void) {
     test_codec_cost();
     test_link_cpu();
     test_zero_link_cpu();
+    test_local_copy_cpu();
     test_ranks_per_core();
     test_refault_cost();
     test_bucket_readiness();
