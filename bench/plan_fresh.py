@@ -129,7 +129,8 @@ def measure(setup, rounds):
     finally:
         if machines > 1:
             subprocess.run([KIT, "down"], env=ENV)
-    return {s: statistics.median(v) for s, v in got.items()}, statistics.median(t1s), statistics.median(slowests), link, cpu
+    medians = {s: statistics.median(v) for s, v in got.items()}
+    return medians, statistics.median(t1s), statistics.median(slowests), link, cpu
 
 
 def rows(setups, rounds, load):

@@ -96,8 +96,8 @@ def load():
 
 
 def predict(binary, preset, machines, ranks, overrides, t1, link, fixed=()):
-    cmd = [binary, "plan", os.path.join(HERE, "plan", preset + ".yaml"), *overrides, *fixed, "--machines", str(machines),
-           "--ranks-per-machine", str(ranks), "--link", repr(link), "--step-time", repr(t1), "--json"]
+    cmd = [binary, "plan", os.path.join(HERE, "plan", preset + ".yaml"), *overrides, *fixed, "--machines",
+           str(machines), "--ranks-per-machine", str(ranks), "--link", repr(link), "--step-time", repr(t1), "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return {r["strategy"]: r for r in map(json.loads, out.splitlines())}
 
@@ -110,7 +110,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--refault-ns", type=float, help="give the plan this instead of measuring it where it runs")
     ap.add_argument("--copy-ns", type=float, help="give the plan this instead of measuring it where it runs")
-    ap.add_argument("--recorded", default="", help="a --fresh run recorded in docs/performance.md: 2026-11-28, 2026-11-28T09:25, 2026-11-28T12:15")
+    ap.add_argument("--recorded", default="", help="a --fresh run recorded in docs/performance.md: "
+                    + ", ".join(RECORDED))
     args = ap.parse_args()
     table = recorded_rows(args.recorded) if args.recorded else ROWS
     if args.fresh:
