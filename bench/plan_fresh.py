@@ -4,7 +4,9 @@ the plan measures where it runs; here every input the plan gets comes from this 
 
   T1    one rank's step with the machine shared as in the multi-rank run: as many independent one-rank runs at
         once as the setup has ranks, each on one thread (bench_dp.py's "pair" when there are two), the mean of
-        their step times (the plan models compute per rank, not the machine's sharing)
+        their step times (the plan models compute per rank, not the machine's sharing). The slowest of them is
+        printed beside it: a synchronous step waits for its slowest rank at every exchange, so a core that runs
+        slower paces them all, which the mean does not carry (DDP on one machine measured 1.00-1.155x this T1)
   link  one TCP stream each way at once over the shaped veth (iperf3 --bidir, the slower direction): what an
         exchange that keeps both directions busy gets
   link CPU  what `tandem bench allreduce` of 16 MB between the machines reports: CPU ns a machine spends per byte
@@ -58,7 +60,9 @@ def one_rank_shared(preset, ranks, steps):
     outs = [p.communicate()[0] for p in ps]
     if any(p.returncode for p in ps):
         sys.exit(f"plan_fresh: a one-rank run failed: {outs}")
-    return statistics.mean(tandem_json(o)["ms_mean"] for o in outs) / 1e3
+    steps = [tandem_json(o)["ms_mean"] / 1e3 for o in outs]
+    print(f"  one-rank steps side by side: {', '.join(f'{t:.3f}' for t in steps)} s", file=sys.stderr, flush=True)
+    return max(steps), statistics.mean(steps)
 
 
 def link_cpu_ns(machines, ranks):
@@ -106,7 +110,7 @@ def multi_rank(setup, preset, machines, ranks, strategy):
 
 
 def measure(setup, rounds):
-    """{strategy: measured s}, T1 s, link B/s, link CPU ns a byte for one setup."""
+    """{strategy: measured s}, T1 s (the one-rank runs' mean), the slowest of them s, link B/s, link CPU ns a byte."""
     preset, machines, ranks, strategies = SETUPS[setup]
     link, cpu = 11.95e6, 0.0  # unused by a one-machine plan, but it asks for a rate
     if machines > 1:
@@ -116,15 +120,17 @@ def measure(setup, rounds):
             check_pinning(machines, ranks)
             link = bench_dp.iperf_rate(bidir=True) * 1e6
             cpu = link_cpu_ns(machines, ranks)
-        t1s, got = [], {s: [] for s in strategies}
+        t1s, slowests, got = [], [], {s: [] for s in strategies}
         for _ in range(rounds):
-            t1s.append(one_rank_shared(preset, machines * ranks, steps_for(preset, "ddp")))
+            slowest, mean = one_rank_shared(preset, machines * ranks, steps_for(preset, "ddp"))
+            t1s.append(mean), slowests.append(slowest)
             for s in strategies:
                 got[s].append(multi_rank(setup, preset, machines, ranks, s))
     finally:
         if machines > 1:
             subprocess.run([KIT, "down"], env=ENV)
-    return {s: statistics.median(v) for s, v in got.items()}, statistics.median(t1s), link, cpu
+    medians = {s: statistics.median(v) for s, v in got.items()}
+    return medians, statistics.median(t1s), statistics.median(slowests), link, cpu
 
 
 def rows(setups, rounds, load):
@@ -134,9 +140,10 @@ def rows(setups, rounds, load):
         if setup not in SETUPS:
             sys.exit(f"plan_fresh: unknown setup '{setup}' (expected one of {', '.join(SETUPS)})")
         preset, machines, ranks, _ = SETUPS[setup]
-        measured, t1, link, cpu = measure(setup, rounds)
+        measured, t1, t1_slowest, link, cpu = measure(setup, rounds)
         per_core = -(-machines * ranks // len(CORES))  # ranks a core, as pin-rank.sh places them
-        where = f"measured now ({setup}, link CPU {cpu:.1f} ns/B, {per_core} rank(s) a core, load {load():.1f})"
+        where = (f"measured now ({setup}, link CPU {cpu:.1f} ns/B, {per_core} rank(s) a core, slowest one-rank run "
+                 f"{t1_slowest:.3f} s, load {load():.1f})")
         extra = ["--link-cpu", f"{cpu:.2f}"] if cpu > 0 else []  # the plan's options, passed with the overrides
         extra += ["--ranks-per-core", str(per_core)] if per_core > 1 else []
         out += [(preset, s, machines, ranks, extra, t1, link, m, where) for s, m in measured.items()]

@@ -9,9 +9,10 @@ namespaces; about 15 minutes).
 
 --recorded 2026-11-28 takes instead the rows that --fresh measured on 2026-11-28 05:56-06:17 (docs/performance.md,
 "Validation in one invocation with the pinning fixed"): the plan of today against that quiet run, without
-running it again.
+running it again; 2026-11-28T09:25 and 2026-11-28T12:15 the later quiet runs of that day.
 
 Usage: bench/plan_validate.py [--bin build/tandem] [--markdown] [--fresh local,netns [--rounds R] | --recorded DAY]
+       [--refault-ns NS] [--copy-ns NS]
 """
 import argparse, json, os, subprocess, sys
 
@@ -56,7 +57,27 @@ FRESH_1128 = [
       "zero3": 4.546, "diloco": 1.688, "diloco+int8": 1.369, "diloco+int4": 1.203}),
     ("local", "small", 1, 2, 4.358, 11.95e6, 0.0, 1, {"ddp": 4.772, "zero1": 4.767, "zero2": 5.021, "zero3": 5.002}),
 ]
-RECORDED = {"2026-11-28": FRESH_1128}
+# --fresh of 2026-11-28 09:25-09:48 and 12:15-12:37 (the lead's quiet windows; docs/performance.md, "Validation in
+# one invocation with bucket readiness ..." and "The quiet run after the cut")
+FRESH_1128_0925 = [
+    ("netns", "tiny", 2, 1, 0.654, 11.44e6, 12.0, 1,
+     {"ddp": 2.273, "ddp+bf16": 1.287, "ddp+int8": 0.999, "ddp+int4": 0.926, "zero1": 2.150, "zero2": 2.132,
+      "zero3": 2.552, "diloco": 0.682, "diloco+int8": 0.650, "diloco+int4": 0.587}),
+    ("netns4", "tiny", 4, 1, 1.279, 11.43e6, 30.8, 2,
+     {"ddp": 3.943, "ddp+bf16": 4.138, "ddp+int8": 2.805, "ddp+int4": 2.453, "zero1": 4.127, "zero2": 4.191,
+      "zero3": 5.003, "diloco": 1.911, "diloco+int8": 1.385, "diloco+int4": 1.441}),
+    ("local", "small", 1, 2, 5.007, 11.95e6, 0.0, 1, {"ddp": 5.611, "zero1": 5.286, "zero2": 5.062, "zero3": 6.306}),
+]
+FRESH_1128_1215 = [
+    ("netns", "tiny", 2, 1, 0.637, 11.48e6, 12.8, 1,
+     {"ddp": 2.190, "ddp+bf16": 1.287, "ddp+int8": 0.982, "ddp+int4": 0.848, "zero1": 2.022, "zero2": 2.038,
+      "zero3": 2.539, "diloco": 0.630, "diloco+int8": 0.613, "diloco+int4": 0.601}),
+    ("netns4", "tiny", 4, 1, 1.206, 11.48e6, 39.8, 2,
+     {"ddp": 3.736, "ddp+bf16": 3.743, "ddp+int8": 2.728, "ddp+int4": 2.293, "zero1": 3.805, "zero2": 4.089,
+      "zero3": 4.737, "diloco": 1.687, "diloco+int8": 1.345, "diloco+int4": 1.295}),
+    ("local", "small", 1, 2, 4.731, 11.95e6, 0.0, 1, {"ddp": 5.466, "zero1": 5.644, "zero2": 5.502, "zero3": 5.747}),
+]
+RECORDED = {"2026-11-28": FRESH_1128, "2026-11-28T09:25": FRESH_1128_0925, "2026-11-28T12:15": FRESH_1128_1215}
 
 
 def recorded_rows(day):
@@ -74,9 +95,9 @@ def load():
     return float(open("/proc/loadavg").read().split()[0])
 
 
-def predict(binary, preset, machines, ranks, overrides, t1, link):
-    cmd = [binary, "plan", os.path.join(HERE, "plan", preset + ".yaml"), *overrides, "--machines", str(machines),
-           "--ranks-per-machine", str(ranks), "--link", repr(link), "--step-time", repr(t1), "--json"]
+def predict(binary, preset, machines, ranks, overrides, t1, link, fixed=()):
+    cmd = [binary, "plan", os.path.join(HERE, "plan", preset + ".yaml"), *overrides, *fixed, "--machines",
+           str(machines), "--ranks-per-machine", str(ranks), "--link", repr(link), "--step-time", repr(t1), "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return {r["strategy"]: r for r in map(json.loads, out.splitlines())}
 
@@ -87,7 +108,10 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--fresh", default="", help="setups to measure now: local,netns (plan_fresh.py)")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--recorded", default="", help="a --fresh run recorded in docs/performance.md: 2026-11-28")
+    ap.add_argument("--refault-ns", type=float, help="give the plan this instead of measuring it where it runs")
+    ap.add_argument("--copy-ns", type=float, help="give the plan this instead of measuring it where it runs")
+    ap.add_argument("--recorded", default="", help="a --fresh run recorded in docs/performance.md: "
+                    + ", ".join(RECORDED))
     args = ap.parse_args()
     table = recorded_rows(args.recorded) if args.recorded else ROWS
     if args.fresh:
@@ -97,9 +121,13 @@ def main():
         table = plan_fresh.rows(args.fresh.split(","), args.rounds, load)
     print("| preset | strategy | machines x ranks | T1 s | link MB/s | measured s | predicted s | error | recorded in |")
     print("|---|---|---|---|---|---|---|---|---|")
+    fixed = []  # the costs the plan would otherwise measure where it runs (the host's load moves them)
+    for k in ("refault_ns", "copy_ns"):
+        if getattr(args, k) is not None:
+            fixed += ["--" + k.replace("_", "-"), str(getattr(args, k))]
     worst = 0.0
     for preset, strategy, m, r, ov, t1, link, measured, where in table:
-        p = predict(args.bin, preset, m, r, ov, t1, link)[strategy]["step_s"]
+        p = predict(args.bin, preset, m, r, ov, t1, link, fixed)[strategy]["step_s"]
         err = p / measured - 1
         worst = max(worst, abs(err))
         print(f"| {preset} | {strategy} | {m} x {r} | {t1:.3f} | {link / 1e6:.2f} | {measured:.3f} | {p:.3f} | "

@@ -27,7 +27,7 @@
 typedef struct {
     const char *hostfile, *link, *model_config_path;
     int machines, ranks_per_machine, ranks_per_core, seq, json, n_overrides;
-    double compute_tflops, step_time, latency_ms, memory_gb, link_cpu_ns, refault_ns; /* refault_ns < 0: measure */
+    double compute_tflops, step_time, latency_ms, memory_gb, link_cpu_ns, refault_ns, copy_ns; /* < 0: measure */
     const char *local;
     char **overrides; /* CONFIG.yaml and key=value */
 } plan_args;
@@ -43,7 +43,7 @@ static int parse_num(const char *opt, const char *v, double lo, double *out) {
 
 static int parse_args(int argc, char **argv, plan_args *a) {
     memset(a, 0, sizeof *a);
-    a->latency_ms = 0.1, a->refault_ns = -1;
+    a->latency_ms = 0.1, a->refault_ns = -1, a->copy_ns = -1;
     a->overrides = tn_xcalloc((size_t)argc + 1, sizeof *a->overrides);
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -61,6 +61,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         else if (!strcmp(o, "--latency-ms")) rc = parse_num(o, v, 0, &a->latency_ms);
         else if (!strcmp(o, "--link-cpu")) rc = parse_num(o, v, 0, &a->link_cpu_ns);
         else if (!strcmp(o, "--refault-ns")) rc = parse_num(o, v, 0, &a->refault_ns);
+        else if (!strcmp(o, "--copy-ns")) rc = parse_num(o, v, 0, &a->copy_ns);
         else if (!strcmp(o, "--memory")) rc = parse_num(o, v, 1e-6, &a->memory_gb);
         else if (!strcmp(o, "--json")) a->json = 1, takes = 0;
         else if (o[0] == '-' && o[1] == '-') rc = tn_err("unknown option '%s' (see tandem plan --help)", o);
@@ -208,6 +209,23 @@ static double measure_refault(void) {
     return fmax(0, again - in_place) / (double)(n * sizeof *p);
 }
 
+/* Seconds per byte to copy on this core, what the in-machine sum (comm_shm.c: copy in, sum a slice, copy out)
+ * streams per byte: best of 3 memcpy over 64 MB, both buffers resident first (the sum's slots are). */
+static double measure_copy(void) {
+    const size_t bytes = (size_t)64 << 20;
+    char *a = tn_xmalloc(bytes), *b = tn_xmalloc(bytes);
+    memset(a, 1, bytes), memset(b, 2, bytes);
+    double best = 1e9;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_s();
+        memcpy(b, a, bytes);
+        best = fmin(best, now_s() - t0);
+        a[rep] = b[bytes - 1 - (size_t)rep]; /* the copy is used: not elided */
+    }
+    free(a), free(b);
+    return best / (double)bytes;
+}
+
 /* FLOPs of one rank's step (PaLM's convention, as bench train counts them): 6 N per token for full training,
  * 4 N + 6 N_lora under LoRA (no weight gradients for the base), a recomputed forward with checkpointing,
  * attention's two products 12 L (H hd) S per token. */
@@ -298,6 +316,8 @@ int tn_cmd_plan(int argc, char **argv) {
     if (a.compute_tflops <= 0) measure_codecs(&job); /* a GPU encodes at its memory bandwidth: negligible */
     if (a.refault_ns >= 0) job.refault_s_per_byte = a.refault_ns * 1e-9;
     else if (a.compute_tflops <= 0) job.refault_s_per_byte = measure_refault(); /* a GPU's memory stays allocated */
+    if (a.copy_ns >= 0) job.copy_s_per_byte = a.copy_ns * 1e-9;
+    else if (a.compute_tflops <= 0 && c.ranks_per_machine > 1) job.copy_s_per_byte = measure_copy(); /* GPUs: NCCL */
     const char *source = "given";
     if (a.compute_tflops > 0) job.compute_s = flops / (a.compute_tflops * 1e12);
     else if (a.step_time > 0) job.compute_s = a.step_time;
@@ -328,10 +348,10 @@ int tn_cmd_plan(int argc, char **argv) {
     else {
         printf("tandem plan: %s, %.4g M trainable parameters (%s), %d machine(s) x %d rank(s), link %.2f MB/s each way%s "
                "(%.3g ns of CPU a byte), compute %.3f s a step (%s; %.3g TFLOP a step), %d tokens a sequence, "
-               "%.3g ns a byte to write a released page again\n",
+               "%.3g ns a byte to write a released page again, %.3g ns a byte to copy through shared memory\n",
                cfg.source_path, need.trainable / 1e6, lora ? "LoRA" : "full", c.machines, c.ranks_per_machine,
                c.link_Bps / 1e6, measured_at > 0 ? " (measured by bench allreduce)" : "", c.link_cpu_s_per_byte * 1e9,
-               job.compute_s, source, flops / 1e12, seq, job.refault_s_per_byte * 1e9);
+               job.compute_s, source, flops / 1e12, seq, job.refault_s_per_byte * 1e9, job.copy_s_per_byte * 1e9);
         print_table(rows, best, mine);
         if (best < 0) printf("none fits in %.2f GB a rank: lower per_device_train_batch_size or cutoff_len, or use LoRA\n", rank_mem / 1e9);
         else print_reasons(rows, best, mine, &c, job.compute_s, rank_mem);

@@ -57,7 +57,7 @@ static const page PAGES[] = {
      "  --ranks N       the placement of N local ranks (tandem launch -n N; default: one per visible GPU)\n"
      "  --help, -h      this page\n"},
     {"plan", NULL, "plan CONFIG.yaml [key=value ...] (--hostfile FILE | --machines M [--ranks-per-machine R]) "
-                   "[--link RATE] [--link-cpu NS] [--refault-ns NS] [--ranks-per-core K] [--local RATE] [--compute TFLOP/s | --step-time S] [--memory GB] [--seq S] [--json]",
+                   "[--link RATE] [--link-cpu NS] [--refault-ns NS] [--copy-ns NS] [--ranks-per-core K] [--local RATE] [--compute TFLOP/s | --step-time S] [--memory GB] [--seq S] [--json]",
      "before a run: step time, tokens/s, memory per rank and link bytes of ddp, compressed ddp, ZeRO 1-3 and DiLoCo\n"
      "for the config's model and batch on these machines, and which to use (exit 2: none fits)",
      "  --hostfile FILE        the machines (HOST slots=N); the link as bench allreduce measured it between them\n"
@@ -69,6 +69,9 @@ static const page PAGES[] = {
      "                         taken from its ranks' compute: bench allreduce prints it (default 0)\n"
      "  --refault-ns NS        CPU nanoseconds per byte to write a page ZeRO 2-3 released (the kernel clears\n"
      "                         it again) beyond writing it in place (default: measured here; 0 with --compute)\n"
+     "  --copy-ns NS           CPU nanoseconds per byte to copy on the core that computes: the in-machine sum of\n"
+     "                         2+ ranks a machine streams 3 bytes a gradient byte there (default: measured here\n"
+     "                         with 2+ ranks a machine; 0 with --compute)\n"
      "  --ranks-per-core K     ranks that share each core (machines simulated on one host; the step time given\n"
      "                         was measured so shared): the link's and the codec's CPU land on all K (default 1)\n"
      "  --local RATE           reductions inside a machine (default 5e9 bytes/s: shared memory; GPUs: NVLink's)\n"

@@ -168,23 +168,43 @@ static double paced(double busy, double comm, double nb) {
     return fmax(busy + comm / fmax(nb, 1), comm + busy / fmax(nb, 1));
 }
 
+/* Link seconds of a balanced ZeRO step that run while the core computes (the rest cross while it waits, and
+ * their CPU costs it nothing): a paced gather pass all but its first unit (before the pass's compute starts) or,
+ * when the link paces the pass, all the compute but the last unit's (after the last gather); the reduce-scatters
+ * as they queue under backward (before); stage 3's backward gathers as the forward's, within backward. */
+static double zero_link_under_compute(double fwd, double bwd, double unit, double before, double nb, int stage) {
+    double gathers = fmin(fwd, unit) * (1 - 1 / fmax(nb, 1));
+    if (stage < 3) return gathers + before;
+    return gathers + fmin(bwd, before + fmin(bwd, unit) * (1 - 1 / fmax(nb, 1)));
+}
+
 /* Balanced shards: every unit's exchange keeps every link busy each way with (M-1)/M of its bytes. Stages 1-2:
  * the gathers (issued after the update, in forward order) pace the forward, the reduce-scatters the backward,
  * each as its bucket's gradient is final (ready_shares); stage 3 gathers every group again in backward, before
  * its use rather than after: the backward ends after the reduce-scatters' queue, and no sooner than both
- * passes of bytes over the link after the first unit's compute. */
-static void predict_zero_balanced(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_row *r, int stage) {
+ * passes of bytes over the link after the first unit's compute. cpu: the link's CPU seconds for the step's
+ * bytes on the rank's core; it lengthens compute by the share of the link's seconds that run under compute
+ * (zero_link_under_compute), the least fixed point as in overlapped_step: the first unit's gather before the
+ * forward and the reduce-scatters after backward move while the core waits, as DDP's after-backward buckets. */
+static void predict_zero_balanced(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_row *r, int stage,
+                                  double cpu) {
     double G = 4 * j->trainable, M = c->machines, nb = bucket_count(G, j->bucket_bytes);
-    double fwd = j->compute_s * j->forward_share, bwd = j->compute_s * j->backward_share;
-    double rest = j->compute_s - fwd - bwd;
     double rail = G / 4 / fmax(nb, 1) / (c->ranks_per_machine * M); /* a unit's block on a rank's rail ring */
     double unit = local_time(c, G) / 2 + (M > 1 ? ring_time(c, (M - 1) * G / M, nb, rail, M - 1) : 0);
-    double back = stage == 3 ? 2 * unit : unit;
+    double back = stage == 3 ? 2 * unit : unit, extra = 0;
     r->link_bytes = M > 1 ? (stage == 3 ? 3 : 2) * (M - 1) / M * G : 0;
     r->comm_s = unit + back;
     double *ready = ready_shares(j, nb);
-    double backward = fmax(queue_end(ready, nb, bwd, unit, NULL), back + bwd / fmax(nb, 1));
-    r->step_s = paced(fwd, unit, nb) + backward + rest;
+    for (int it = 0; it < 200; it++) {
+        double grow = j->compute_s > 0 ? (j->compute_s + extra) / j->compute_s : 1, before = 0;
+        double fwd = grow * j->compute_s * j->forward_share, bwd = grow * j->compute_s * j->backward_share;
+        double backward = fmax(queue_end(ready, nb, bwd, unit, &before), back + bwd / fmax(nb, 1));
+        r->step_s = paced(fwd, unit, nb) + backward + grow * j->compute_s - fwd - bwd;
+        double under = zero_link_under_compute(fwd, bwd, unit, before, nb, stage);
+        double next = r->comm_s > 0 ? cpu * fmin(1, under / r->comm_s) : cpu;
+        if (fabs(next - extra) <= 1e-15 * (1 + cpu)) break;
+        extra = next;
+    }
     free(ready);
 }
 
@@ -192,12 +212,16 @@ static void predict_zero_balanced(const tn_plan_job *j, const tn_plan_cluster *c
  * gathered before the forward passes it, and its gradients reduce-scattered after backward reaches it, so
  * stages 1-2 add a gather and a reduce-scatter of one shard ((M-1) G/M through the owner's link each) to the
  * compute. Stage 3 gathers every layer before use, one owner at a time ((M-1) G in forward and again in
- * backward, compute hidden behind them), then the last shard's reduce-scatter. */
-static void predict_zero(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_row *r, int stage) {
-    if (!j->zero_contiguous) {
-        predict_zero_balanced(j, c, r, stage);
+ * backward, compute hidden behind them), then the last shard's reduce-scatter. The link's CPU (cpu) is taken
+ * whole from compute here (no run with contiguous shards has measured it). */
+static void predict_zero(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_row *r, int stage, double cpu) {
+    if (!job->zero_contiguous) {
+        predict_zero_balanced(job, c, r, stage, cpu);
         return;
     }
+    tn_plan_job busier = *job;
+    busier.compute_s += cpu;
+    const tn_plan_job *j = &busier;
     double G = 4 * j->trainable, M = c->machines, nb = bucket_count(G, j->bucket_bytes);
     double fwd = j->compute_s * j->forward_share, bwd = j->compute_s * j->backward_share;
     double local = local_time(c, G) / 2; /* a reduce-scatter or an all-gather inside the machine */
@@ -252,21 +276,36 @@ static double refault_bytes(const tn_plan_job *j, const tn_plan_cluster *c, int 
     return 2 * G * (N - 1) / N;
 }
 
-/* link_cpu: the link's CPU seconds for the step's bytes on each rank's core; DDP's buckets say how much of it falls
- * under compute, the other schedules overlap their exchange with compute throughout and take all of it. */
+/* Passes of an in-machine sum (a reduce-scatter or an all-gather inside the machine) a step of s runs: DDP's
+ * all-reduce two (compressed DDP sums inside the machine as DDP), ZeRO's gather and reduce-scatter two and
+ * stage 3's second gather one more, DiLoCo's every-step sum two. */
+static double local_passes(tn_plan_strategy s) { return s == TN_PLAN_ZERO3 ? 3 : 2; }
+
+/* The core's CPU for one rank's in-machine passes over G bytes (comm_shm.c): an all-reduce copies the rank's G
+ * into its input slot, sums its 1/R slice of the R inputs ((R-1) G/R adds and a G/R copy: G of streaming) and
+ * copies the result out, 3 G a rank: 1.5 G a pass, at copy_s_per_byte. Nothing with one rank a machine. */
+static double local_cpu(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_strategy s) {
+    if (c->ranks_per_machine < 2) return 0;
+    return local_passes(s) * 1.5 * 4 * j->trainable * j->copy_s_per_byte * sharing(c);
+}
+
+/* link_cpu: the link's (and the in-machine sum's) CPU seconds for the step's bytes on each rank's core; DDP's
+ * buckets and balanced ZeRO's passes say how much of it falls under compute, DiLoCo (and contiguous ZeRO) take
+ * all of it. */
 static void predict_one(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_strategy s, tn_plan_row *r,
                         double link_cpu) {
     memset(r, 0, sizeof *r);
     r->strategy = s;
     tn_plan_job busier = *job;
-    if (s > TN_PLAN_DDP_INT4) busier.compute_s += link_cpu;
     if (s <= TN_PLAN_DDP_INT4) predict_ddp(job, c, r, link_cpu);
     else if (s <= TN_PLAN_ZERO3) { /* the refaults run inside the passes, on the core that computes */
         int stage = s - TN_PLAN_ZERO1 + 1;
         busier.compute_s += job->refault_s_per_byte * refault_bytes(job, c, stage) * sharing(c);
-        predict_zero(&busier, c, r, stage);
+        predict_zero(&busier, c, r, stage, link_cpu);
+    } else { /* a round's exchange runs beside the next round's compute: all of its CPU under compute */
+        busier.compute_s += link_cpu;
+        predict_diloco(&busier, c, r);
     }
-    else predict_diloco(&busier, c, r);
 }
 
 void tn_plan_predict(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_row rows[TN_PLAN_N]) {
@@ -274,9 +313,9 @@ void tn_plan_predict(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_r
     for (int s = 0; s < TN_PLAN_N; s++) {
         tn_plan_row *r = &rows[s];
         predict_one(job, c, (tn_plan_strategy)s, r, 0);
-        if (c->machines > 1 && c->link_cpu_s_per_byte > 0) /* the bytes' CPU comes out of the ranks' compute */
-            predict_one(job, c, (tn_plan_strategy)s, r,
-                        c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine * sharing(c));
+        double cpu = local_cpu(job, c, (tn_plan_strategy)s); /* the bytes' CPU comes out of the ranks' compute */
+        if (c->machines > 1) cpu += c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine * sharing(c);
+        if (cpu > 0) predict_one(job, c, (tn_plan_strategy)s, r, cpu);
         r->exposed_s = r->step_s - job->compute_s;
         r->tokens_per_s = r->step_s > 0 ? ranks * job->tokens_per_rank / r->step_s : 0;
         r->memory_bytes = memory(job, c, r->strategy);

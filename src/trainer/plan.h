@@ -28,8 +28,11 @@
  * bytes plus one chain's latency, or its chains' latency in rounds of what is in flight, whichever is longer.
  * Moving bytes costs CPU too (the TCP stack, MPI, the progress thread: bench allreduce measures it per machine), and
  * that CPU is taken from the cores that compute: a machine's link_cpu_s_per_byte x its link bytes, shared by its
- * ranks, lengthens each rank's compute, by the share of the transfer that runs under backward for DDP (after it the
- * core only waits) and all of it for ZeRO and DiLoCo, whose exchanges run beside compute. Ranks that share a core
+ * ranks, lengthens each rank's compute by the share of the transfer that runs while the core computes: for DDP
+ * what crosses under backward (after it the core only waits), for balanced ZeRO its gathers and reduce-scatters
+ * but the first unit's gather before the forward and what queues after backward, all of it for DiLoCo, whose
+ * round exchange runs beside the next round's compute. The in-machine sum likewise costs its copies and adds on
+ * each rank's core (copy_s_per_byte, 3 G a rank per all-reduce), under the same share. Ranks that share a core
  * (ranks_per_core) were measured so; the CPU beyond compute of each (link, codec) lands on all of them.
  * Memory per rank: the ZeRO formulas over trainable state (16 bytes a parameter: weight, gradient, two AdamW
  * moments; stage 1 8 + 8/N, stage 2 4 + 12/N, stage 3 16/N), frozen weights (4 bytes), activations of one
@@ -94,6 +97,9 @@ typedef struct {
     double refault_s_per_byte; /* the core's seconds per byte to write a released page again (the backend's
                                * release hands it to the kernel, which clears it on the next write) beyond writing it
                                * in place; 0: free (a GPU: nothing released goes back to a kernel) */
+    double copy_s_per_byte;   /* the core's seconds per byte to copy through the machine's shared window: the
+                               * in-machine sum (comm_shm.c) runs on the progress thread, on the core that
+                               * computes; 0: free (a GPU sums on the device) */
     int n_groups;             /* gradient groups in slab order (embedding first, the final norm and lm_head
                                * last); backward completes them last first. 0: buckets ready evenly through it */
     double group_floats[TN_PLAN_MAX_GROUPS]; /* trainable floats of each group */

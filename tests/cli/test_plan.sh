@@ -77,9 +77,9 @@ check 'grep -q "2 machine(s) x 2 rank(s), link 5.00 MB/s each way (measured by b
 # the record's CPU a byte (bench allreduce measures it) is used as --link-cpu would be (a record without it: none)
 printf '{"hosts": ["nodeA", "nodeB"], "ranks": 4, "bytes": 1e8, "seconds": 10, "machine_Bps": 5000000, "time": %s, "link_cpu_ns": 100}\n' \
   "$(date +%s)" >"$T/logcpu.jsonl"
-TANDEM_BENCH_LOG=$T/logcpu.jsonl "$BIN" plan "$TINY" --hostfile "$T/hosts" --step-time 0.612 --refault-ns 0.5 --json >"$T/h3" 2>&1
-TANDEM_BENCH_LOG=$T/log.jsonl "$BIN" plan "$TINY" --hostfile "$T/hosts" --step-time 0.612 --refault-ns 0.5 --json >"$T/h3none" 2>&1
-"$BIN" plan "$TINY" --machines 2 --ranks-per-machine 2 --link 5000000 --step-time 0.612 --link-cpu 100 --refault-ns 0.5 --json >"$T/h3given" 2>&1
+TANDEM_BENCH_LOG=$T/logcpu.jsonl "$BIN" plan "$TINY" --hostfile "$T/hosts" --step-time 0.612 --refault-ns 0.5 --copy-ns 0.2 --json >"$T/h3" 2>&1
+TANDEM_BENCH_LOG=$T/log.jsonl "$BIN" plan "$TINY" --hostfile "$T/hosts" --step-time 0.612 --refault-ns 0.5 --copy-ns 0.2 --json >"$T/h3none" 2>&1
+"$BIN" plan "$TINY" --machines 2 --ranks-per-machine 2 --link 5000000 --step-time 0.612 --link-cpu 100 --refault-ns 0.5 --copy-ns 0.2 --json >"$T/h3given" 2>&1
 check 'python3 - "$T/h3" "$T/h3given" "$T/h3none" <<"PY"
 import json, sys
 rec, given, none = ({r["strategy"]: r["step_s"] for r in map(json.loads, open(f)) if "strategy" in r} for f in sys.argv[1:])
@@ -88,8 +88,8 @@ assert len(rec) == 10 and all(abs(rec[s] - given[s]) < 1e-9 for s in fp32), (rec
 assert rec["ddp"] > none["ddp"] + 1e-3, (rec, none)
 PY'
 # the cost of writing released pages again (measured at start-up unless given) is ZeRO-3's alone, and said
-"$BIN" plan "$TINY" --machines 1 --ranks-per-machine 2 --step-time 0.612 --refault-ns 0 --json >"$T/rf0" 2>&1
-"$BIN" plan "$TINY" --machines 1 --ranks-per-machine 2 --step-time 0.612 --refault-ns 20 --json >"$T/rf20" 2>&1
+"$BIN" plan "$TINY" --machines 1 --ranks-per-machine 2 --step-time 0.612 --refault-ns 0 --copy-ns 0.2 --json >"$T/rf0" 2>&1
+"$BIN" plan "$TINY" --machines 1 --ranks-per-machine 2 --step-time 0.612 --refault-ns 20 --copy-ns 0.2 --json >"$T/rf20" 2>&1
 check 'python3 - "$T/rf0" "$T/rf20" <<"PY"
 import json, sys
 a, b = ({r["strategy"]: r["step_s"] for r in map(json.loads, open(f)) if "strategy" in r} for f in sys.argv[1:])
@@ -98,6 +98,20 @@ assert b["zero3"] > a["zero3"] + 1e-3, (a, b)
 PY'
 "$BIN" plan "$TINY" --machines 1 --ranks-per-machine 2 --step-time 0.612 --refault-ns 20 >"$T/rf20.txt" 2>&1
 check 'grep -q "20 ns a byte to write a released page again" "$T/rf20.txt"'
+# the in-machine sum's copies on the computing cores (measured at start-up unless given): every strategy of 2 ranks
+# a machine pays them, and the header says the rate; one rank a machine sums nothing
+for ns in 0 5; do
+  "$BIN" plan "$TINY" --machines 1 --ranks-per-machine 2 --step-time 0.612 --refault-ns 0 --copy-ns $ns --json >"$T/cp$ns" 2>&1
+  "$BIN" plan "$TINY" --machines 2 --ranks-per-machine 1 --link 1gbit --step-time 0.612 --refault-ns 0 --copy-ns $ns --json >"$T/cp1r$ns" 2>&1
+done
+check 'python3 - "$T/cp0" "$T/cp5" "$T/cp1r0" "$T/cp1r5" <<"PY"
+import json, sys
+a, b, a1, b1 = ({r["strategy"]: r["step_s"] for r in map(json.loads, open(f)) if "strategy" in r} for f in sys.argv[1:])
+assert all(b[s] > a[s] + 1e-3 for s in ("ddp", "zero1", "zero2", "zero3", "diloco")), (a, b)
+assert all(a1[s] == b1[s] for s in ("ddp", "zero1", "zero2", "zero3", "diloco")), (a1, b1)
+PY'
+"$BIN" plan "$TINY" --machines 1 --ranks-per-machine 2 --step-time 0.612 --copy-ns 5 >"$T/cp5.txt" 2>&1
+check 'grep -q "5 ns a byte to copy through shared memory" "$T/cp5.txt"'
 # a 2-rank run on two faked machines sets its measured step beside the plan: without a recorded link it says so;
 # with one (bench allreduce's record for this host) it predicts the config's own strategy
 if command -v mpirun >/dev/null 2>&1; then

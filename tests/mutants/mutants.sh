@@ -295,6 +295,18 @@ mutant plan-refaults-not-shared-on-a-core trainer/plan.c \
   test_unit_plan
 mutant plan-refaults-charged-to-stage-2 trainer/plan.c \
   'if (stage < 3) return 0;' 'if (stage < 2) return 0;' test_unit_plan
+mutant plan-zero-link-cpu-taken-whole trainer/plan.c \
+  'double next = r->comm_s > 0 ? cpu * fmin(1, under / r->comm_s) : cpu;' 'double next = cpu + 0 * under;' test_unit_plan
+mutant plan-zero-first-gather-under-compute trainer/plan.c \
+  'double gathers = fmin(fwd, unit) * (1 - 1 / fmax(nb, 1));' 'double gathers = fmin(fwd, unit);' test_unit_plan
+mutant plan-zero-reduce-scatters-after-backward-charged trainer/plan.c \
+  'if (stage < 3) return gathers + before;' 'if (stage < 3) return gathers + unit;' test_unit_plan
+mutant plan-local-sum-cpu-free trainer/plan.c \
+  'return local_passes(s) * 1.5 * 4' 'return 0 * local_passes(s) * 1.5 * 4' test_unit_plan
+mutant plan-local-sum-cpu-not-shared-on-a-core trainer/plan.c \
+  '1.5 * 4 * j->trainable * j->copy_s_per_byte * sharing(c);' '1.5 * 4 * j->trainable * j->copy_s_per_byte;' test_unit_plan
+mutant plan-local-sum-zero3-second-gather-free trainer/plan.c \
+  'return s == TN_PLAN_ZERO3 ? 3 : 2;' 'return (void)s, 2;' test_unit_plan
 mutant plan-tied-head-floats-left-in-the-head trainer/plan.c \
   'D + (mc->tie_word_embeddings ? 0 : V * D)' 'D + V * D' test_unit_plan
 mutant plan-diloco-round-not-hidden trainer/plan.c \

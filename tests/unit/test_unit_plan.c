@@ -144,8 +144,8 @@ static void test_codec_cost(void) {
  * link (4 s) runs from the first bucket (backward's eighth) on, so 7/8 of backward's (1 + x) 2/3 s lies under
  * it: x = 0.1 (7/12)(1 + x) / 4, x = a / (1 - a) with a = 0.1 (7/12) / 4, and the step is 4 + (1 + x)(1/3 + 1/12).
  * Two ranks a machine share the CPU (0.05 s each) and their local sum adds 2 (R-1)/R G at 5 GB/s to the exchange.
- * DiLoCo and ZeRO overlap their exchange with compute throughout: all of it counts. DiLoCo's 4 MB a round is
- * 0.5 MB a step: 12.5 ms, its round still hidden. One machine moves nothing: no cost. */
+ * DiLoCo overlaps its exchange with compute throughout: all of it counts. DiLoCo's 4 MB a round is 0.5 MB a
+ * step: 12.5 ms, its round still hidden. One machine moves nothing: no cost. ZeRO: test_zero_link_cpu. */
 static void test_link_cpu(void) {
     tn_plan_job j = job_1m();
     tn_plan_cluster c = cluster(2, 1, 1e6);
@@ -174,6 +174,64 @@ static void test_link_cpu(void) {
     c.link_cpu_s_per_byte = 25e-9;
     tn_plan_predict(&j, &c, r);
     for (int s = 0; s < TN_PLAN_N; s++) CHECK(r[s].step_s == free_cpu[s].step_s);
+}
+
+/* Balanced ZeRO's link CPU (25 ns a byte) counts where the link runs under compute, as DDP's. ZeRO-2 at 1 MB/s,
+ * link-bound: gathers of 2 MB (2 s) pace the forward, which computes (1 + x)/3 s of it, all under the link but
+ * the last unit's eighth after it; the reduce-scatters (2 s) start when the first bucket is ready, an eighth into
+ * backward, and run under its remaining 7/8. So 7/8 of the compute (1 + x) lies under the 4 link-seconds:
+ * x = 0.1 (7/8)(1 + x) / 4 = a / (1 - a) with a = 0.1 x 7/32, and the step is 2 + fwd/8 + 2 + bwd/8 = 4 + (1 + x)/8
+ * (taken whole, x = 0.1: 4.1375 s). Two ranks a core: 0.2 s of CPU, a = 0.2 x 7/32. ZeRO-3 (6 MB, 0.15 s): the
+ * backward's gathers (before use, the first unit exposed) and reduce-scatters both under backward's (2/3)(1 + x)
+ * s, all of it; the forward's 7/8: a = 0.15 (7/24 + 16/24) / 6; step 2 + fwd/8 + 4 + bwd/8 = 6 + (1 + x)/8.
+ * Compute-bound (1 GB/s, 2 ms a pass): everything crosses under compute but the first unit's gather before the
+ * forward and the last bucket's reduce-scatter after backward: x = 0.1 x 7/8, step (1 + x) + 2 x 0.25 ms. */
+static void test_zero_link_cpu(void) {
+    tn_plan_job j = job_1m();
+    tn_plan_cluster c = cluster(2, 1, 1e6);
+    c.link_cpu_s_per_byte = 25e-9;
+    tn_plan_row r[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    double a = 0.1 * 7 / 32, x = a / (1 - a);
+    CHECK_NEAR(r[TN_PLAN_ZERO2].step_s, 4 + (1 + x) / 8, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_ZERO1].step_s, 4 + (1 + x) / 8, 1e-9);
+    a = 0.15 * (7.0 / 24 + 16.0 / 24) / 6, x = a / (1 - a);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].step_s, 6 + (1 + x) / 8, 1e-9);
+    c.ranks_per_core = 2;
+    tn_plan_predict(&j, &c, r);
+    a = 0.2 * 7 / 32, x = a / (1 - a);
+    CHECK_NEAR(r[TN_PLAN_ZERO2].step_s, 4 + (1 + x) / 8, 1e-9);
+    c = cluster(2, 1, 1e9);
+    c.link_cpu_s_per_byte = 25e-9;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_ZERO2].step_s, 1 + 0.1 * 7 / 8 + 2 * 0.25e-3, 1e-12);
+}
+
+/* The in-machine sum's copies and adds on the ranks' cores (copy_s_per_byte, 1 ns a byte): one machine of 2 ranks,
+ * G = 4 MB. DDP's all-reduce streams 3 G a rank (copy in, sum a slice: G read, copy out): 12 ms; its exchange (2 G
+ * (R-1)/R at 5 GB/s, 0.8 ms in 8 buckets of 0.1 ms, each ready an eighth of backward after the one before) runs
+ * under backward but the last bucket's: x = 12 ms x 7/8, step 1 + x + 0.1 ms. ZeRO-2: a gather and a
+ * reduce-scatter inside the machine (0.4 ms each, 1.5 G = 6 ms of copies each): under compute but the first
+ * gather's and the last reduce-scatter's unit, x = 12 ms x 7/8, step 1 + x + 2 x 0.05 ms. ZeRO-3 gathers again in
+ * backward, 18 ms: x = 18 ms x 7/8, step 1 + x + 0.1 ms. Two ranks a core: twice. A rank alone on its machine sums
+ * nothing: no cost. */
+static void test_local_copy_cpu(void) {
+    tn_plan_job j = job_1m();
+    j.copy_s_per_byte = 1e-9;
+    tn_plan_cluster c = cluster(1, 2, 1e6);
+    tn_plan_row r[TN_PLAN_N], free_copies[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 1 + 12e-3 * 7 / 8 + 0.1e-3, 1e-12);
+    CHECK_NEAR(r[TN_PLAN_ZERO2].step_s, 1 + 12e-3 * 7 / 8 + 2 * 0.05e-3, 1e-12);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].step_s, 1 + 18e-3 * 7 / 8 + 0.1e-3, 1e-12);
+    c.ranks_per_core = 2;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 1 + 24e-3 * 7 / 8 + 0.1e-3, 1e-12);
+    c = cluster(2, 1, 1e9);
+    tn_plan_predict(&j, &c, r);
+    j.copy_s_per_byte = 0;
+    tn_plan_predict(&j, &c, free_copies);
+    for (int s = 0; s < TN_PLAN_N; s++) CHECK(r[s].step_s == free_copies[s].step_s);
 }
 
 /* Pages the backend released and a rank writes again (refault_s_per_byte, 1 ns a byte here), on one machine of 4
@@ -329,6 +387,8 @@ int main(void) {
     test_ring_latency();
     test_codec_cost();
     test_link_cpu();
+    test_zero_link_cpu();
+    test_local_copy_cpu();
     test_ranks_per_core();
     test_refault_cost();
     test_bucket_readiness();
