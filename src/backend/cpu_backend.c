@@ -35,18 +35,35 @@ static const char *cpu_kernel_name(void) {
  * remembered here so that cpu_free knows how to return them. */
 #define BIG_FLOATS ((size_t)1 << 16)
 #define MAX_BIG 256
+#define HUGE_BYTES ((size_t)2 << 20)
 static struct {
     void *p;
     size_t bytes;
 } big[MAX_BIG];
 static pthread_mutex_t big_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* bytes (a multiple of 4 KB) of fresh zero pages starting on a 2 MB boundary: ZeRO's balanced layout cuts its
+ * units at 2 MB multiples of the slabs (shard_layout.h), so a chunk released there is whole huge pages, which
+ * come back 2 MB at a time instead of as 4 KB faults. The slack of the over-sized mapping goes back at once. */
+static void *map_aligned(size_t bytes) {
+    size_t extra = bytes >= HUGE_BYTES ? HUGE_BYTES : 0;
+    char *raw = mmap(NULL, bytes + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    uintptr_t a = (uintptr_t)raw;
+    if (extra) a = (a + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1);
+    char *p = (char *)a;
+    size_t head = (size_t)(p - raw), tail = extra - head;
+    if (head) munmap(raw, head); /* cannot fail on a range this process mapped; at worst the slack stays mapped */
+    if (tail) munmap(p + bytes, tail);
+    return p;
+}
+
 static float *cpu_alloc(size_t n) {
     if (n < BIG_FLOATS) return tn_xalloc_floats(n);
-    if (n > SIZE_MAX / sizeof(float) - 4096) tn_die("slab of %zu floats is too large", n);
+    if (n > SIZE_MAX / sizeof(float) - 2 * HUGE_BYTES) tn_die("slab of %zu floats is too large", n);
     size_t bytes = (n * sizeof(float) + 4095) & ~(size_t)4095;
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) tn_die("out of memory allocating %zu bytes", bytes);
+    void *p = map_aligned(bytes);
+    if (!p) tn_die("out of memory allocating %zu bytes", bytes);
     pthread_mutex_lock(&big_mu);
     int k = 0;
     while (k < MAX_BIG && big[k].p) k++;
@@ -87,7 +104,7 @@ static void cpu_release(float *p, size_t n) {
         return;
     }
 #ifdef MADV_HUGEPAGE
-    if (hi - lo >= ((uintptr_t)2 << 20)) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* a hint: EINVAL without THP */
+    if (hi - lo >= HUGE_BYTES) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* a hint: EINVAL without THP */
 #endif
     memset(p, 0, lo - a);
     memset((void *)hi, 0, b - hi);

@@ -11,6 +11,14 @@
  *               every link. Chunks differ by at most one value, which is what FSDP's padding (at most N-1
  *               values a unit) buys with equal ones: comm's range collectives take unequal blocks, so
  *               nothing is padded.
+ *               With pages (2 MB of floats on the CPU, whose slabs start on a 2 MB boundary), the whole pages
+ *               inside a group are cut into units of N x j pages (j = cap / (N x page), at least 1: a unit
+ *               exceeds cap when N pages do, up to 4 cap; beyond that no page alignment), so each chunk is j
+ *               whole pages: ZeRO 2-3 release a rank's other chunks every step and write them again (gradients,
+ *               stage 3's gathered parameters), and whole 2 MB pages come back as huge pages instead of 512
+ *               faults of 4 KB each cleared one by one (0.1-0.2 against 0.6-1 ns a byte, docs/performance.md).
+ *               Only a group's ragged ends and fewer than N x j pages left over are cut as above. Nothing is
+ *               padded: chunks stay equal, the formulas exact.
  * A collective on unit [lo, hi) runs on the unit as its own slab (comm.h's range collectives with slab + lo
  * and n = hi - lo), so comm's shards of that slab are exactly the chunks. Shard index s is comm's
  * (tn_comm_shard_index: local rank x machines + machine), so each machine's chunks stay adjacent and the
@@ -29,8 +37,12 @@ typedef struct {
 
 typedef struct tn_shard_layout tn_shard_layout;
 
-/* size ranks; balanced: the model's groups cut at cap floats (>= 1). */
-tn_shard_layout *tn_shard_layout_create(const tn_model *m, int size, int balanced, size_t cap);
+/* The page ZeRO aligns its units to: 2 MB, a transparent huge page, in floats. */
+#define TN_SHARD_PAGE_FLOATS (((size_t)2 << 20) / sizeof(float))
+
+/* size ranks; balanced: the model's groups cut at cap floats (>= 1), their whole pages of page floats (0: none)
+ * first into units of N x j pages. */
+tn_shard_layout *tn_shard_layout_create(const tn_model *m, int size, int balanced, size_t cap, size_t page);
 void tn_shard_layout_free(tn_shard_layout *l);
 int tn_shard_layout_balanced(const tn_shard_layout *l);
 int tn_shard_layout_units(const tn_shard_layout *l);

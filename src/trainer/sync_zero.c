@@ -31,9 +31,10 @@ static tn_strategy *create(const tn_strategy_args *a) {
     zero_strategy *z = tn_xcalloc(1, sizeof *z);
     tn_grad_mode mode = a->stage == 1 ? TN_GRAD_REDUCE_SCATTER : TN_GRAD_REDUCE_SCATTER_RELEASE;
     size_t bucket = tn_strategy_bucket_bytes(a), n = a->model->n_trainable;
-    /* balanced units at most a gradient bucket: as many exchanges to overlap with backward as DDP's */
+    /* balanced units at most a gradient bucket (as many exchanges to overlap with backward as DDP's), whole huge
+     * pages where a group holds N of them (shard_layout.h: released chunks come back 2 MB at a time) */
     z->layout = tn_shard_layout_create(a->model, tn_comm_get_info(a->comm)->size, !a->cfg->zero_contiguous,
-                                       tn_grad_sync_bucket_floats(n, bucket));
+                                       tn_grad_sync_bucket_floats(n, bucket), TN_SHARD_PAGE_FLOATS);
     tn_grad_sync *sync = tn_grad_sync_create_sharded(a->comm, a->model, bucket, mode, z->layout);
     tn_adamw *opt = NULL;
     if (sync) {
@@ -93,16 +94,19 @@ static int load_moments(tn_strategy *s, const char *dir) {
 static void describe(const tn_strategy *s, FILE *out) {
     const tn_shard_layout *l = ((const zero_strategy *)s)->layout;
     int N = s->a.world, U = tn_shard_layout_units(l), uneven = 0;
+    size_t page = TN_SHARD_PAGE_FLOATS, paged = 0, n = s->a.model->n_trainable;
     for (int u = 0; u < U; u++) {
         size_t lo, hi;
         tn_shard_layout_unit(l, u, &lo, &hi);
         uneven += (hi - lo) % (size_t)N != 0;
+        if (lo % page == 0 && (hi - lo) % (page * (size_t)N) == 0) paged += hi - lo; /* chunks of whole pages */
     }
     tn_strategy_describe_dp(s, out);
     if (tn_shard_layout_balanced(l))
         fprintf(out, "tandem: ZeRO shards balanced (FSDP's layout, zero_shard_layout: balanced): %d unit(s), each "
                 "split into %d chunks, shard s owning chunk s of every unit; %d unit(s) not divisible by %d (chunks one value "
-                "apart); every reduce-scatter and all-gather moves 1/%d of a unit from every rank\n", U, N, uneven, N, N);
+                "apart); every reduce-scatter and all-gather moves 1/%d of a unit from every rank; %.1f%% of the values in "
+                "chunks of whole 2 MB pages\n", U, N, uneven, N, N, n ? 100.0 * (double)paged / (double)n : 0.0);
     else
         fprintf(out, "tandem: ZeRO shards contiguous (zero_shard_layout: contiguous): shard s is the s-th 1/%d of the "
                 "slab; a bucket's reduce-scatter goes to its owner only\n", N);

@@ -334,6 +334,14 @@ mutant adamw-span-moments-not-packed trainer/optimizer.c \
 mutant checkpoint-span-moments-not-packed trainer/checkpoint.c \
   'size_t src = (from + a - have[i].lo) * sizeof(float)' 'size_t src = (a - have[i].lo) * sizeof(float)' \
   test_unit_shard_layout
+# units of whole huge pages: not started on a page boundary; the leftover pages not cut into N-page units; the CPU's
+# large buffers not on a 2 MB boundary
+mutant shard-pages-not-aligned trainer/shard_layout.c \
+  'size_t a = whole ? (lo + page - 1) / page * page : hi' 'size_t a = whole ? lo : hi' test_unit_shard_layout
+mutant shard-pages-leftover-ragged trainer/shard_layout.c \
+  'step = step > span ? span : 0)' 'step = 0)' test_unit_shard_layout
+mutant cpu-alloc-not-huge-aligned backend/cpu_backend.c \
+  'if (extra) a = (a + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1);' 'if (extra) a += 4096;' test_unit_shard_layout
 # diloco_sync_steps (tests/cli/test_diloco_sync.sh): rounds aligned to step N, the phase's global sums, the consensus at N
 mutant diloco-rounds-not-offset-by-sync-steps trainer/diloco.c \
   'if ((st->step - d->first) % d->H == 0' 'if (st->step % d->H == 0' test_diloco_sync.sh

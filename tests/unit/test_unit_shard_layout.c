@@ -8,10 +8,18 @@
  *   AdamW       each shard's update over its spans equals, bit for bit, the whole-slab update on those values
  *               (weight decay on matrices only, wherever a span cuts a tensor);
  *   checkpoint  moments written as balanced shards at N ranks read back for any layout at any M, and the
- *               other way, equal to the values written. */
+ *               other way, equal to the values written;
+ *   pages       with a page size (2 MB on the CPU; 64 and 1000 floats here), the units of whole pages start on a
+ *               page and hold N x j pages, so every chunk of them is j whole pages; what a group leaves to
+ *               ragged units is less than a page plus N x j pages; units stay under the cap, or under 4 x cap
+ *               when N pages exceed it; beyond that the layout is the unpaged one; chunks still comm's blocks,
+ *               one owner each, and AdamW over the shards and the checkpoints as above. The CPU backend's
+ *               large buffers start on a 2 MB boundary, which the page alignment relies on. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "core/core.h"
 #include "model/model.h"
 #include "testlib.h"
@@ -38,9 +46,14 @@ static int inside_a_group(const tn_model *m, size_t lo, size_t hi) {
     return 0;
 }
 
-static void test_layout(const tn_model *m, int N, int balanced) {
-    size_t n = m->n_trainable;
-    tn_shard_layout *l = tn_shard_layout_create(m, N, balanced, CAP);
+/* Unit [lo, hi) is one of whole pages: starts on a page, N x j pages long. */
+static int paged(size_t lo, size_t hi, int N, size_t page) {
+    return page && lo % page == 0 && (hi - lo) % (page * (size_t)N) == 0;
+}
+
+static void test_layout(const tn_model *m, int N, int balanced, size_t page) {
+    size_t n = m->n_trainable, span = page * (size_t)N, most_unit = page && span > CAP && span <= 4 * CAP ? span : CAP;
+    tn_shard_layout *l = tn_shard_layout_create(m, N, balanced, CAP, page);
     int U = tn_shard_layout_units(l), uneven = 0;
     CHECKF(balanced ? U > m->L + 2 : U == 1, "N %d balanced %d: %d units", N, balanced, U);
     size_t prev = 0;
@@ -48,7 +61,8 @@ static void test_layout(const tn_model *m, int N, int balanced) {
         size_t lo, hi;
         tn_shard_layout_unit(l, u, &lo, &hi);
         CHECKF(lo == prev && hi > lo, "unit %d [%zu, %zu) after %zu", u, lo, hi, prev);
-        CHECKF(!balanced || (hi - lo <= CAP && inside_a_group(m, lo, hi)), "unit %d [%zu, %zu)", u, lo, hi);
+        CHECKF(!balanced || (hi - lo <= most_unit && inside_a_group(m, lo, hi)), "N %d page %zu: unit %d [%zu, %zu)", N,
+               page, u, lo, hi);
         CHECK(tn_shard_layout_unit_of(l, lo) == u && tn_shard_layout_unit_of(l, hi - 1) == u);
         size_t len = hi - lo, q = len / (size_t)N, extra = len % (size_t)N, most = 0, least = len;
         uneven += extra != 0;
@@ -58,6 +72,7 @@ static void test_layout(const tn_model *m, int N, int balanced) {
             tn_shard_layout_chunk(l, u, s, &c_lo, &c_n);
             CHECKF(c_lo == want_lo && c_n == want_n, "N %d unit %d shard %d: chunk [%zu, +%zu), want [%zu, +%zu)", N, u, s,
                    c_lo, c_n, want_lo, want_n);
+            CHECK(!paged(lo, hi, N, page) || (c_lo % page == 0 && c_n % page == 0 && c_n > 0));
             most = c_n > most ? c_n : most, least = c_n < least ? c_n : least;
         }
         CHECK(most - least <= 1);
@@ -88,7 +103,7 @@ static void fill(float *x, size_t n, unsigned seed, float scale) {
 }
 
 /* Three AdamW steps (weight decay 0.1) of each balanced shard of N against the whole slab's. */
-static void test_adamw(tn_model *m, int N) {
+static void test_adamw(tn_model *m, int N, size_t page) {
     size_t n = m->n_trainable;
     float *p0 = tn_xalloc_floats(n), *g = tn_xalloc_floats(n), *want = tn_xalloc_floats(n), *got = tn_xalloc_floats(n);
     fill(p0, n, 11, 0.5f), fill(g, n, 12, 0.01f);
@@ -98,7 +113,7 @@ static void test_adamw(tn_model *m, int N) {
     for (int t = 0; t < 3; t++) tn_adamw_step(whole, m, &h, 1e-2);
     memcpy(want, m->slab, n * sizeof *want);
     tn_adamw_free(whole);
-    tn_shard_layout *l = tn_shard_layout_create(m, N, 1, CAP);
+    tn_shard_layout *l = tn_shard_layout_create(m, N, 1, CAP, page);
     size_t differ = 0;
     for (int s = 0; s < N; s++) {
         int k;
@@ -112,20 +127,20 @@ static void test_adamw(tn_model *m, int N) {
         tn_adamw_free(o);
         free(sp);
     }
-    CHECKF(differ == 0, "N %d: %zu values updated differently from the whole-slab AdamW", N, differ);
+    CHECKF(differ == 0, "N %d page %zu: %zu values updated differently from the whole-slab AdamW", N, page, differ);
     tn_shard_layout_free(l);
     free(p0), free(g), free(want), free(got);
 }
 
 /* Moments written as N shards of one layout, read back as every shard of M of the other. */
-static void test_checkpoint(const tn_model *m, int N, int bal_w, int M, int bal_r) {
+static void test_checkpoint(const tn_model *m, int N, int bal_w, int M, int bal_r, size_t page) {
     size_t n = m->n_trainable;
     float *mm = tn_xalloc_floats(n), *vv = tn_xalloc_floats(n);
     fill(mm, n, 21, 1.0f), fill(vv, n, 22, 1.0f);
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/ckpt-%d%c-%d%c", tl_tmpdir(), N, bal_w ? 'b' : 'c', M, bal_r ? 'b' : 'c');
+    snprintf(dir, sizeof dir, "%s/ckpt-%d%c-%d%c-%zu", tl_tmpdir(), N, bal_w ? 'b' : 'c', M, bal_r ? 'b' : 'c', page);
     CHECK(tn_mkdirs(dir) == 0);
-    tn_shard_layout *w = tn_shard_layout_create(m, N, bal_w, CAP), *r = tn_shard_layout_create(m, M, bal_r, CAP);
+    tn_shard_layout *w = tn_shard_layout_create(m, N, bal_w, CAP, page), *r = tn_shard_layout_create(m, M, bal_r, CAP, 0);
     for (int s = 0; s < N; s++) {
         int k;
         tn_span *sp = spans_of(w, s, &k);
@@ -160,15 +175,60 @@ static void test_checkpoint(const tn_model *m, int N, int bal_w, int M, int bal_
     free(mm), free(vv);
 }
 
+/* What a group leaves outside units of whole pages; past 4 x cap for N pages, the layout without pages. */
+static void test_pages(const tn_model *m, int N, size_t page) {
+    size_t span = page * (size_t)N;
+    tn_shard_layout *l = tn_shard_layout_create(m, N, 1, CAP, page), *plain = tn_shard_layout_create(m, N, 1, CAP, 0);
+    int U = tn_shard_layout_units(l), whole = 0, differ = U != tn_shard_layout_units(plain);
+    for (int u = 0; u < U && !differ; u++) {
+        size_t lo, hi, plo, phi;
+        tn_shard_layout_unit(l, u, &lo, &hi), tn_shard_layout_unit(plain, u, &plo, &phi);
+        differ = lo != plo || hi != phi;
+    }
+    if (span > 4 * CAP) CHECKF(!differ, "N %d page %zu: N pages exceed 4 x cap, yet the units moved", N, page);
+    for (int g = -1; g <= m->L && span <= 4 * CAP; g++) {
+        size_t a, b, ragged = 0;
+        tn_model_group_range(m, g, &a, &b);
+        for (int u = 0; u < U; u++) {
+            size_t lo, hi;
+            tn_shard_layout_unit(l, u, &lo, &hi);
+            if (lo < a || hi > b) continue;
+            if (paged(lo, hi, N, page)) whole++;
+            else ragged += hi - lo;
+        }
+        CHECKF(ragged < page + span, "N %d page %zu: group %d [%zu, %zu) leaves %zu values to ragged units", N, page, g, a,
+               b, ragged);
+    }
+    CHECKF(span > 4 * CAP || whole > 0, "N %d page %zu: no unit of whole pages, the case is untested", N, page);
+    tn_shard_layout_free(l), tn_shard_layout_free(plain);
+}
+
+/* ZeRO's page alignment assumes the slabs start on a 2 MB boundary: the CPU backend's large buffers do. */
+static void test_cpu_alignment(void) {
+    const tn_backend *be = tn_backend_cpu();
+    size_t sizes[] = {TN_SHARD_PAGE_FLOATS, 3 * TN_SHARD_PAGE_FLOATS + 5, 1u << 16};
+    for (int i = 0; i < 3; i++) {
+        float *p = be->alloc(sizes[i]);
+        CHECKF(sizes[i] < TN_SHARD_PAGE_FLOATS || (uintptr_t)p % (TN_SHARD_PAGE_FLOATS * sizeof *p) == 0,
+               "a buffer of %zu floats at %p: not on a 2 MB boundary", sizes[i], (void *)p);
+        p[0] = 1, p[sizes[i] - 1] = 2; /* the whole length is mapped */
+        be->free(p);
+    }
+}
+
 int main(void) {
     tn_model *m = tl_tiny_qwen2();
     CHECKF(m->n_trainable > 4 * CAP, "model too small: %zu trainable floats", m->n_trainable);
-    for (int N = 1; N <= 4; N++) test_layout(m, N, 1), test_layout(m, N, 0);
-    for (int N = 1; N <= 3; N++) test_adamw(m, N);
-    test_checkpoint(m, 3, 1, 2, 0);
-    test_checkpoint(m, 2, 0, 3, 1);
-    test_checkpoint(m, 3, 1, 4, 1);
-    test_checkpoint(m, 3, 1, 1, 0);
+    for (int N = 1; N <= 4; N++) test_layout(m, N, 1, 0), test_layout(m, N, 0, 0);
+    for (int N = 1; N <= 4; N++) /* 64: units of N x j pages under the cap; 1000: over it at 2, none at 3-4 */
+        test_layout(m, N, 1, 64), test_pages(m, N, 64), test_layout(m, N, 1, 1000), test_pages(m, N, 1000);
+    for (int N = 1; N <= 3; N++) test_adamw(m, N, 0), test_adamw(m, N, 64);
+    test_checkpoint(m, 3, 1, 2, 0, 0);
+    test_checkpoint(m, 2, 0, 3, 1, 0);
+    test_checkpoint(m, 3, 1, 4, 1, 0);
+    test_checkpoint(m, 3, 1, 1, 0, 0);
+    test_checkpoint(m, 3, 1, 2, 1, 64); /* paged shards read as unpaged ones */
+    test_cpu_alignment();
     tn_model_free(m);
     return tl_done("test_unit_shard_layout");
 }
