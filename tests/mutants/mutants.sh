@@ -286,7 +286,7 @@ mutant plan-link-cpu-after-backward-counted trainer/plan.c \
 mutant plan-ranks-per-core-ignored trainer/plan.c \
   'return c->ranks_per_core > 1 ? c->ranks_per_core : 1;' 'return (void)c, 1;' test_unit_plan
 mutant plan-zero3-gathers-wait-for-gradients trainer/plan.c \
-  'fmax(queue_end(ready, nb, bwd, unit, NULL), back + bwd / fmax(nb, 1))' 'queue_end(ready, nb, bwd, back, NULL)' \
+  'fmax(queue_end(ready, nb, bwd, unit, &before), back + bwd / fmax(nb, 1))' 'queue_end(ready, nb, bwd, back, &before)' \
   test_unit_plan
 mutant plan-zero3-refaulted-once-a-step trainer/plan.c \
   'return 2 * G * (N - 1) / N;' 'return G * (N - 1) / N;' test_unit_plan
