@@ -11,8 +11,13 @@ the plan measures where it runs; here every input the plan gets comes from this 
         exchange that keeps both directions busy gets
   link CPU  what `tandem bench allreduce` of 16 MB between the machines reports: CPU ns a machine spends per byte
         its link carries each way (processes + the kernel's softirq), passed as `tandem plan --link-cpu`
+  link stretch  what the DDP row's own step says its backward lost per byte under the link (link_stretch_ns
+        below), passed as `tandem plan --link-stretch`: wall time, which CPU seconds undercount
 Then each strategy's step under mpirun, as `tandem bench train --dist` runs the trainer's step, rounds
-interleaved so a drift of this VM hits every row alike; medians over rounds.
+interleaved so a drift of this VM hits every row alike; medians over rounds. Beside each mean step the run's own
+split (medians over its steps): first_grad_ms, from the step's start to the first bucket's launch, and
+comm_wait_ms, what the step waited for the exchange after backward (DDP and compressed DDP; ZeRO's waits inside
+its passes are not in it).
 
 Setups: local (1 machine x 2 ranks, small preset: shared-memory exchange), netns (2 machines x 1 rank over 100
 Mbit/s, tiny preset: link-bound), netns4 (4 machines x 1 rank, each on its own 100 Mbit/s link to a switch
@@ -106,11 +111,26 @@ def multi_rank(setup, preset, machines, ranks, strategy):
     else:
         cmd = ["mpirun", "-n", n, "--bind-to", "core", "--map-by", "core", "-x", "OMP_NUM_THREADS", "--mca", "btl",
                "self,vader", *bench]
-    return tandem_json(run(cmd))["ms_mean"] / 1e3
+    return tandem_json(run(cmd))
+
+
+SPLIT = ("ms_mean", "ms_step", "first_grad_ms", "comm_wait_ms")
+
+
+def link_stretch_ns(ddp, t1, link):
+    """Compute a rank loses per byte its machine's link carries each way under DDP's bucket queue, from the DDP row's
+    own split: its forward + backward + update took ms_step - comm_wait_ms against T1 alone; from the first bucket
+    (first_grad_ms) to backward's end the link carried DDP's queue (2 (M-1)/M G: more than that time's worth, so
+    the link was busy throughout), link B/s x that long. The update (~10 ms of the tiny preset) is counted as under
+    the link: a slight underestimate. Wall time: what CPU seconds miss (wake-ups, softirq, cache) is in it."""
+    compute = (ddp["ms_step"] - ddp["comm_wait_ms"]) / 1e3
+    under = compute - ddp["first_grad_ms"] / 1e3
+    return max(0.0, (compute - t1) / (under * link) * 1e9) if under > 0 else 0.0
 
 
 def measure(setup, rounds):
-    """{strategy: measured s}, T1 s (the one-rank runs' mean), the slowest of them s, link B/s, link CPU ns a byte."""
+    """{strategy: {SPLIT key: median}}, T1 s (the one-rank runs' mean), the slowest of them s, link B/s, link CPU ns
+    a byte."""
     preset, machines, ranks, strategies = SETUPS[setup]
     link, cpu = 11.95e6, 0.0  # unused by a one-machine plan, but it asks for a rate
     if machines > 1:
@@ -129,7 +149,10 @@ def measure(setup, rounds):
     finally:
         if machines > 1:
             subprocess.run([KIT, "down"], env=ENV)
-    medians = {s: statistics.median(v) for s, v in got.items()}
+    medians = {s: {k: statistics.median(j[k] for j in v) for k in SPLIT} for s, v in got.items()}
+    for s, m in medians.items():
+        print(f"  {setup} {s}: ms_mean {m['ms_mean']:.1f}, median {m['ms_step']:.1f}, first bucket at "
+              f"{m['first_grad_ms']:.1f} ms, wait after backward {m['comm_wait_ms']:.1f} ms", file=sys.stderr, flush=True)
     return medians, statistics.median(t1s), statistics.median(slowests), link, cpu
 
 
@@ -142,9 +165,14 @@ def rows(setups, rounds, load):
         preset, machines, ranks, _ = SETUPS[setup]
         measured, t1, t1_slowest, link, cpu = measure(setup, rounds)
         per_core = -(-machines * ranks // len(CORES))  # ranks a core, as pin-rank.sh places them
-        where = (f"measured now ({setup}, link CPU {cpu:.1f} ns/B, {per_core} rank(s) a core, slowest one-rank run "
-                 f"{t1_slowest:.3f} s, load {load():.1f})")
+        stretch = link_stretch_ns(measured["ddp"], t1, link) if machines > 1 else 0.0
+        where = (f"measured now ({setup}, link CPU {cpu:.1f} ns/B, link stretch {stretch:.1f} ns/B, {per_core} "
+                 f"rank(s) a core, slowest one-rank run {t1_slowest:.3f} s, load {load():.1f})")
         extra = ["--link-cpu", f"{cpu:.2f}"] if cpu > 0 else []  # the plan's options, passed with the overrides
+        extra += ["--link-stretch", f"{stretch:.2f}"] if stretch > 0 else []
         extra += ["--ranks-per-core", str(per_core)] if per_core > 1 else []
-        out += [(preset, s, machines, ranks, extra, t1, link, m, where) for s, m in measured.items()]
+        for s, m in measured.items():
+            split = (f"; first bucket {m['first_grad_ms']:.0f} ms, wait {m['comm_wait_ms']:.0f} ms"
+                     if s.startswith("ddp") and machines > 1 else "")
+            out.append((preset, s, machines, ranks, extra, t1, link, m["ms_mean"] / 1e3, where + split))
     return out

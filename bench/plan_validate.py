@@ -9,10 +9,14 @@ namespaces; about 15 minutes).
 
 --recorded 2026-11-28 takes instead the rows that --fresh measured on 2026-11-28 05:56-06:17 (docs/performance.md,
 "Validation in one invocation with the pinning fixed"): the plan of today against that quiet run, without
-running it again; 2026-11-28T09:25 and 2026-11-28T12:15 the later quiet runs of that day.
+running it again; 2026-11-28T09:25, 2026-11-28T12:15 and 2026-11-28T16:13 the later quiet runs of that day.
 
 Usage: bench/plan_validate.py [--bin build/tandem] [--markdown] [--fresh local,netns [--rounds R] | --recorded DAY]
-       [--refault-ns NS] [--copy-ns NS]
+       [--refault-ns NS] [--copy-ns NS] [--link-stretch NS]
+
+--link-stretch NS gives the recorded rows between machines the stretch of DDP's backward per link byte (tandem plan
+--link-stretch; the recorded runs did not measure it: 53 is what bench train's split of a DDP step measured over
+the 2-machine netns link at 08:18 on 2026-11-28, docs/performance.md); --fresh derives it from its own DDP rows.
 """
 import argparse, json, os, subprocess, sys
 
@@ -77,7 +81,19 @@ FRESH_1128_1215 = [
       "zero3": 4.737, "diloco": 1.687, "diloco+int8": 1.345, "diloco+int4": 1.295}),
     ("local", "small", 1, 2, 4.731, 11.95e6, 0.0, 1, {"ddp": 5.466, "zero1": 5.644, "zero2": 5.502, "zero3": 5.747}),
 ]
-RECORDED = {"2026-11-28": FRESH_1128, "2026-11-28T09:25": FRESH_1128_0925, "2026-11-28T12:15": FRESH_1128_1215}
+# --fresh of 2026-11-28 16:13-16:33 (the lead's quiet window after the copy and refault terms and z3's paged layout;
+# docs/performance.md, "The quiet run after these terms")
+FRESH_1128_1613 = [
+    ("netns", "tiny", 2, 1, 0.576, 11.41e6, 13.2, 1,
+     {"ddp": 2.156, "ddp+bf16": 1.295, "ddp+int8": 0.993, "ddp+int4": 0.824, "zero1": 2.023, "zero2": 1.998,
+      "zero3": 2.527, "diloco": 0.617, "diloco+int8": 0.591, "diloco+int4": 0.608}),
+    ("netns4", "tiny", 4, 1, 1.185, 11.45e6, 34.8, 2,
+     {"ddp": 3.814, "ddp+bf16": 3.640, "ddp+int8": 2.686, "ddp+int4": 2.245, "zero1": 4.060, "zero2": 3.849,
+      "zero3": 4.491, "diloco": 1.626, "diloco+int8": 1.214, "diloco+int4": 1.187}),
+    ("local", "small", 1, 2, 4.193, 11.95e6, 0.0, 1, {"ddp": 4.489, "zero1": 4.531, "zero2": 4.574, "zero3": 5.163}),
+]
+RECORDED = {"2026-11-28": FRESH_1128, "2026-11-28T09:25": FRESH_1128_0925, "2026-11-28T12:15": FRESH_1128_1215,
+            "2026-11-28T16:13": FRESH_1128_1613}
 
 
 def recorded_rows(day):
@@ -110,6 +126,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--refault-ns", type=float, help="give the plan this instead of measuring it where it runs")
     ap.add_argument("--copy-ns", type=float, help="give the plan this instead of measuring it where it runs")
+    ap.add_argument("--link-stretch", type=float, help="the recorded rows' stretch of DDP's backward, ns a link byte")
     ap.add_argument("--recorded", default="", help="a --fresh run recorded in docs/performance.md: "
                     + ", ".join(RECORDED))
     args = ap.parse_args()
@@ -127,6 +144,9 @@ def main():
             fixed += ["--" + k.replace("_", "-"), str(getattr(args, k))]
     worst = 0.0
     for preset, strategy, m, r, ov, t1, link, measured, where in table:
+        if args.link_stretch is not None and m > 1 and "--link-stretch" not in ov:
+            ov = ov + ["--link-stretch", str(args.link_stretch)]
+            where += f", link stretch {args.link_stretch:.1f} ns/B given"
         p = predict(args.bin, preset, m, r, ov, t1, link, fixed)[strategy]["step_s"]
         err = p / measured - 1
         worst = max(worst, abs(err))

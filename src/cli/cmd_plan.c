@@ -27,7 +27,7 @@
 typedef struct {
     const char *hostfile, *link, *model_config_path;
     int machines, ranks_per_machine, ranks_per_core, seq, json, n_overrides;
-    double compute_tflops, step_time, latency_ms, memory_gb, link_cpu_ns, refault_ns, copy_ns; /* < 0: measure */
+    double compute_tflops, step_time, latency_ms, memory_gb, link_cpu_ns, link_stretch_ns, refault_ns, copy_ns; /* < 0: measure */
     const char *local;
     char **overrides; /* CONFIG.yaml and key=value */
 } plan_args;
@@ -60,6 +60,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         else if (!strcmp(o, "--step-time")) rc = parse_num(o, v, 1e-9, &a->step_time);
         else if (!strcmp(o, "--latency-ms")) rc = parse_num(o, v, 0, &a->latency_ms);
         else if (!strcmp(o, "--link-cpu")) rc = parse_num(o, v, 0, &a->link_cpu_ns);
+        else if (!strcmp(o, "--link-stretch")) rc = parse_num(o, v, 0, &a->link_stretch_ns);
         else if (!strcmp(o, "--refault-ns")) rc = parse_num(o, v, 0, &a->refault_ns);
         else if (!strcmp(o, "--copy-ns")) rc = parse_num(o, v, 0, &a->copy_ns);
         else if (!strcmp(o, "--memory")) rc = parse_num(o, v, 1e-6, &a->memory_gb);
@@ -80,6 +81,7 @@ static int cluster_from_args(const plan_args *a, tn_plan_cluster *c, double *mea
     c->machines = a->machines ? a->machines : 1, c->ranks_per_machine = a->ranks_per_machine ? a->ranks_per_machine : 1;
     c->link_latency_s = a->latency_ms / 1e3, c->local_Bps = TN_PLAN_LOCAL_BPS;
     c->link_cpu_s_per_byte = a->link_cpu_ns * 1e-9, c->ranks_per_core = a->ranks_per_core;
+    c->link_stretch_s_per_byte = a->link_stretch_ns * 1e-9;
     *measured_at = 0;
     if (a->hostfile) {
         tn_hostfile hf;
@@ -347,10 +349,11 @@ int tn_cmd_plan(int argc, char **argv) {
     if (a.json) print_json(rows, best, mine, job.compute_s);
     else {
         printf("tandem plan: %s, %.4g M trainable parameters (%s), %d machine(s) x %d rank(s), link %.2f MB/s each way%s "
-               "(%.3g ns of CPU a byte), compute %.3f s a step (%s; %.3g TFLOP a step), %d tokens a sequence, "
+               "(%.3g ns of CPU a byte, %.3g ns of compute stretch a byte under DDP's backward), compute %.3f s a step (%s; %.3g TFLOP a step), %d tokens a sequence, "
                "%.3g ns a byte to write a released page again, %.3g ns a byte to copy through shared memory\n",
                cfg.source_path, need.trainable / 1e6, lora ? "LoRA" : "full", c.machines, c.ranks_per_machine,
                c.link_Bps / 1e6, measured_at > 0 ? " (measured by bench allreduce)" : "", c.link_cpu_s_per_byte * 1e9,
+               c.link_stretch_s_per_byte * 1e9,
                job.compute_s, source, flops / 1e12, seq, job.refault_s_per_byte * 1e9, job.copy_s_per_byte * 1e9);
         print_table(rows, best, mine);
         if (best < 0) printf("none fits in %.2f GB a rank: lower per_device_train_batch_size or cutoff_len, or use LoRA\n", rank_mem / 1e9);

@@ -57,7 +57,7 @@ static const page PAGES[] = {
      "  --ranks N       the placement of N local ranks (tandem launch -n N; default: one per visible GPU)\n"
      "  --help, -h      this page\n"},
     {"plan", NULL, "plan CONFIG.yaml [key=value ...] (--hostfile FILE | --machines M [--ranks-per-machine R]) "
-                   "[--link RATE] [--link-cpu NS] [--refault-ns NS] [--copy-ns NS] [--ranks-per-core K] [--local RATE] [--compute TFLOP/s | --step-time S] [--memory GB] [--seq S] [--json]",
+                   "[--link RATE] [--link-cpu NS] [--link-stretch NS] [--refault-ns NS] [--copy-ns NS] [--ranks-per-core K] [--local RATE] [--compute TFLOP/s | --step-time S] [--memory GB] [--seq S] [--json]",
      "before a run: step time, tokens/s, memory per rank and link bytes of ddp, compressed ddp, ZeRO 1-3 and DiLoCo\n"
      "for the config's model and batch on these machines, and which to use (exit 2: none fits)",
      "  --hostfile FILE        the machines (HOST slots=N); the link as bench allreduce measured it between them\n"
@@ -67,6 +67,10 @@ static const page PAGES[] = {
      "  --latency-ms X         per message on that link (default 0.1)\n"
      "  --link-cpu NS          CPU nanoseconds a machine spends per byte its link carries each way (TCP, MPI),\n"
      "                         taken from its ranks' compute: bench allreduce prints it (default 0)\n"
+     "  --link-stretch NS      nanoseconds a rank's backward lengthens per byte its machine's link carries each\n"
+     "                         way under DDP's bucket queue (wall time: holds --link-cpu and what CPU seconds\n"
+     "                         miss; bench/plan_fresh.py derives it from a DDP step's split); DDP and compressed\n"
+     "                         DDP take the larger of the two (default 0)\n"
      "  --refault-ns NS        CPU nanoseconds per byte to write a page ZeRO 2-3 released (the kernel clears\n"
      "                         it again) beyond writing it in place (default: measured here; 0 with --compute)\n"
      "  --copy-ns NS           CPU nanoseconds per byte to copy on the core that computes: the in-machine sum of\n"

@@ -308,13 +308,26 @@ static void predict_one(const tn_plan_job *job, const tn_plan_cluster *c, tn_pla
     }
 }
 
+/* The link's cost on a rank's core for the step's bytes, given its CPU seconds (cpu). DDP and compressed DDP queue
+ * their buckets under backward, and their ranks' backward was measured to stretch by more than those seconds
+ * (link_stretch_s_per_byte, wall time over the whole machine's bytes as the ranks were placed: no sharing applied);
+ * overlapped_step then counts only the share under backward, so a link-bound DDP hides most of it. DiLoCo's round
+ * is a background op, polled lazily (comm_progress.c), and its measured steps show no more than the CPU seconds;
+ * ZeRO's passes were not measured so: both keep cpu. */
+static double link_cost(const tn_plan_cluster *c, tn_plan_strategy s, double cpu, double bytes) {
+    if (s > TN_PLAN_DDP_INT4) return cpu;
+    return fmax(cpu, c->link_stretch_s_per_byte * bytes);
+}
+
 void tn_plan_predict(const tn_plan_job *job, const tn_plan_cluster *c, tn_plan_row rows[TN_PLAN_N]) {
     double ranks = (double)c->machines * c->ranks_per_machine;
     for (int s = 0; s < TN_PLAN_N; s++) {
         tn_plan_row *r = &rows[s];
         predict_one(job, c, (tn_plan_strategy)s, r, 0);
-        double cpu = local_cpu(job, c, (tn_plan_strategy)s); /* the bytes' CPU comes out of the ranks' compute */
+        double cpu = 0; /* the bytes' CPU comes out of the ranks' compute */
         if (c->machines > 1) cpu += c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine * sharing(c);
+        if (c->machines > 1) cpu = link_cost(c, (tn_plan_strategy)s, cpu, r->link_bytes);
+        cpu += local_cpu(job, c, (tn_plan_strategy)s);
         if (cpu > 0) predict_one(job, c, (tn_plan_strategy)s, r, cpu);
         r->exposed_s = r->step_s - job->compute_s;
         r->tokens_per_s = r->step_s > 0 ? ranks * job->tokens_per_rank / r->step_s : 0;

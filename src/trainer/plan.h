@@ -31,7 +31,9 @@
  * ranks, lengthens each rank's compute by the share of the transfer that runs while the core computes: for DDP
  * what crosses under backward (after it the core only waits), for balanced ZeRO its gathers and reduce-scatters
  * but the first unit's gather before the forward and what queues after backward, all of it for DiLoCo, whose
- * round exchange runs beside the next round's compute. The in-machine sum likewise costs its copies and adds on
+ * round exchange runs beside the next round's compute. Under DDP's bucket queue the computing core loses more than
+ * those CPU seconds (link_stretch_s_per_byte, measured as wall time; the larger of the two is charged there);
+ * DiLoCo's background exchange and ZeRO keep the CPU seconds. The in-machine sum likewise costs its copies and adds on
  * each rank's core (copy_s_per_byte, 3 G a rank per all-reduce), under the same share. Ranks that share a core
  * (ranks_per_core) were measured so; the CPU beyond compute of each (link, codec) lands on all of them.
  * Memory per rank: the ZeRO formulas over trainable state (16 bytes a parameter: weight, gradient, two AdamW
@@ -75,6 +77,11 @@ typedef struct {
     double local_Bps;         /* shared-memory reduction inside a machine, bytes/s */
     double link_cpu_s_per_byte; /* CPU seconds one machine spends per byte its link carries each way (sending it
                                * and receiving as many), taken from its ranks' cores; 0: free */
+    double link_stretch_s_per_byte; /* seconds one rank's compute lengthens per byte its machine's link carries
+                               * each way while a bucketed backward exchange (DDP, compressed DDP) runs under it:
+                               * wall time (bench train's split of a DDP step), which holds the link's CPU seconds
+                               * and what they do not show (the progress thread's wake-ups on the computing core,
+                               * the softirq landing there); 0: link_cpu_s_per_byte alone */
     double rank_memory_bytes; /* what one rank may use; 0: unknown (everything fits) */
     int ranks_per_core;       /* ranks that share each core (network namespaces on one host); compute_s was
                                * measured so shared, and CPU beyond it (the link's, the codec's) lands on every

@@ -43,6 +43,18 @@ a, b = ({r["strategy"]: r for r in map(json.loads, open(f))} for f in sys.argv[1
 d = b["diloco"]
 assert abs(d["step_s"] - a["diloco"]["step_s"] - 2 * 100e-9 * d["link_bytes"] - 6 * d["link_bytes"] / 5e9) < 1e-5, (a["diloco"], d)
 PY'
+# the stretch of DDP's backward under the link (--link-stretch ns a byte, above --link-cpu's 100) slows DDP and
+# compressed DDP (their buckets cross under backward), leaves ZeRO and DiLoCo as the CPU alone made them (the rows
+# without a cost the plan measures at each start: codecs, refaults)
+"$BIN" plan "$TINY" --machines 2 --link 100mbit --step-time 0.612 --link-cpu 100 --link-stretch 300 --json >"$T/stretch" 2>&1
+check 'python3 - "$T/cpu" "$T/stretch" <<"PY"
+import json, sys
+a, b = ({r["strategy"]: r for r in map(json.loads, open(f))} for f in sys.argv[1:])
+assert all(b[s]["step_s"] > a[s]["step_s"] + 1e-3 for s in ("ddp", "ddp+bf16", "ddp+int8", "ddp+int4")), (a, b)
+assert all(b[s]["step_s"] == a[s]["step_s"] for s in ("zero1", "zero2", "diloco")), (a, b)  # no costs measured here
+PY'
+"$BIN" plan "$TINY" --machines 2 --link 100mbit --step-time 0.612 --link-stretch x >"$T/badstretch" 2>&1
+check 'grep -q "link-stretch expects a number >= 0" "$T/badstretch"'
 "$BIN" plan "$TINY" --machines 2 --link 100mbit --step-time 0.612 --ranks-per-core 0 >"$T/badcore" 2>&1
 check 'grep -q "ranks-per-core expects a number >= 1" "$T/badcore"'
 "$BIN" plan "$TINY" --machines 2 --link 100mbit --step-time 0.612 --link-cpu -1 >"$T/badcpu" 2>&1

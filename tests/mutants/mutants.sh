@@ -324,6 +324,13 @@ mutant plan-zero2-formula trainer/plan.c \
 mutant plan-link-cpu-not-shared-by-ranks trainer/plan.c \
   'c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine * sharing(c)' \
   'c->link_cpu_s_per_byte * r->link_bytes * sharing(c)' test_unit_plan
+mutant plan-link-stretch-ignored trainer/plan.c \
+  'return fmax(cpu, c->link_stretch_s_per_byte * bytes);' 'return fmax(cpu, 0 * c->link_stretch_s_per_byte * bytes);' \
+  test_unit_plan
+mutant plan-link-stretch-charged-to-every-strategy trainer/plan.c \
+  'if (s > TN_PLAN_DDP_INT4) return cpu;' 'if (s > TN_PLAN_N) return cpu;' test_unit_plan
+mutant plan-link-stretch-shared-on-a-core trainer/plan.c \
+  'c->link_stretch_s_per_byte * bytes);' 'c->link_stretch_s_per_byte * bytes * sharing(c));' test_unit_plan
 # ZeRO's balanced shards (tests/unit/test_unit_shard_layout.c): the owner of a chunk, the optimizer's packed moments,
 # a checkpoint shard's packed moments
 mutant shard-chunk-owner-off-by-one trainer/shard_layout.c \

@@ -176,6 +176,32 @@ static void test_link_cpu(void) {
     for (int s = 0; s < TN_PLAN_N; s++) CHECK(r[s].step_s == free_cpu[s].step_s);
 }
 
+/* The link's stretch of backward under DDP's bucket queue (60 ns a byte, wall time) over its CPU (25 ns a byte):
+ * DDP and compressed DDP take the larger per byte, the rest keep the CPU. Compute-bound at 1 GB/s as in
+ * test_link_cpu: 7 of DDP's 8 buckets cross under backward, x = 60e-9 x 4 MB x 7/8 = 0.21 s, step 1 + x + one
+ * bucket's 0.5 ms after it; int8 sends E = 1 MB (1 + 4/256): x = 60e-9 E 7/8, step 1 + x + E/8 / 1 GB/s. ZeRO-2
+ * and DiLoCo as with the CPU alone; a stretch under the CPU's changes nothing. Two ranks a core: the link's CPU
+ * doubles (0.2 s, still under 0.24), the stretch was measured with the cores so shared and stays 0.24 s. */
+static void test_link_stretch(void) {
+    tn_plan_job j = job_1m();
+    tn_plan_cluster c = cluster(2, 1, 1e9);
+    c.link_cpu_s_per_byte = 25e-9;
+    tn_plan_row cpu_only[TN_PLAN_N], r[TN_PLAN_N];
+    tn_plan_predict(&j, &c, cpu_only);
+    c.link_stretch_s_per_byte = 60e-9;
+    tn_plan_predict(&j, &c, r);
+    double E = 1e6 * (1 + 4.0 / 256);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 1 + 60e-9 * 4e6 * 7 / 8 + 4e6 / 1e9 / 8, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_DDP_INT8].step_s, 1 + 60e-9 * E * 7 / 8 + E / 1e9 / 8, 1e-9);
+    for (int s = TN_PLAN_ZERO1; s < TN_PLAN_N; s++) CHECK(r[s].step_s == cpu_only[s].step_s);
+    c.link_stretch_s_per_byte = 10e-9;
+    tn_plan_predict(&j, &c, r);
+    for (int s = 0; s < TN_PLAN_N; s++) CHECK(r[s].step_s == cpu_only[s].step_s);
+    c.link_stretch_s_per_byte = 60e-9, c.ranks_per_core = 2;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 1 + 60e-9 * 4e6 * 7 / 8 + 4e6 / 1e9 / 8, 1e-9);
+}
+
 /* Balanced ZeRO's link CPU (25 ns a byte) counts where the link runs under compute, as DDP's. ZeRO-2 at 1 MB/s,
  * link-bound: gathers of 2 MB (2 s) pace the forward, which computes (1 + x)/3 s of it, all under the link but
  * the last unit's eighth after it; the reduce-scatters (2 s) start when the first bucket is ready, an eighth into
@@ -388,6 +414,7 @@ int main(void) {
     test_codec_cost();
     test_link_cpu();
     test_zero_link_cpu();
+    test_link_stretch();
     test_local_copy_cpu();
     test_ranks_per_core();
     test_refault_cost();
