@@ -107,16 +107,18 @@ static double queue_end(const double *ready, double nb, double busy, double comm
 }
 
 /* A step whose buckets are exchanged as backward completes them, at the link's pace: forward, then backward
- * with its exchange (ended by the last bucket's transfer), then the update. cpu: the link's CPU seconds for all
- * of the step's bytes, on the ranks' cores. What moves while backward runs lengthens it; what moves after it
- * costs the waiting core nothing. The share under backward grows with backward: the least fixed point, reached
- * from none (monotone, bounded by all of it). */
+ * with its exchange (ended by the last bucket's transfer), then the update. cpu: the link's cost on the core for
+ * all of the step's bytes (its CPU seconds, or DDP's measured stretch). What moves while backward runs lengthens
+ * backward, and only backward (the forward runs before the first bucket, the update after the wait: the link is
+ * idle or waited for then): a link-bound step hides it behind the queue (p28b's split: DDP's wait shrank by what
+ * its backward grew); what moves after backward costs the waiting core nothing. The share under backward grows
+ * with backward: the least fixed point, reached from none (monotone, bounded by all of it). */
 static double overlapped_step(const tn_plan_job *j, double comm, double buckets, double cpu) {
     double *ready = ready_shares(j, buckets), extra = 0, step = j->compute_s;
+    double bwd0 = j->compute_s * j->backward_share;
     for (int it = 0; it < 200; it++) {
-        double grow = j->compute_s > 0 ? (j->compute_s + extra) / j->compute_s : 1, before = 0;
-        double fwd = grow * j->compute_s * j->forward_share, bwd = grow * j->compute_s * j->backward_share;
-        step = fwd + queue_end(ready, buckets, bwd, comm, &before) + grow * j->compute_s - fwd - bwd;
+        double before = 0, bwd = bwd0 + extra;
+        step = j->compute_s - bwd0 + queue_end(ready, buckets, bwd, comm, &before);
         double next = comm > 0 ? cpu * fmin(1, before / comm) : cpu;
         if (fabs(next - extra) <= 1e-15 * (1 + cpu)) break;
         extra = next;

@@ -324,6 +324,10 @@ mutant plan-zero2-formula trainer/plan.c \
 mutant plan-link-cpu-not-shared-by-ranks trainer/plan.c \
   'c->link_cpu_s_per_byte * r->link_bytes / c->ranks_per_machine * sharing(c)' \
   'c->link_cpu_s_per_byte * r->link_bytes * sharing(c)' test_unit_plan
+mutant plan-link-cost-grows-the-forward trainer/plan.c \
+  'step = j->compute_s - bwd0 + queue_end(ready, buckets, bwd, comm, &before);' \
+  'step = j->compute_s + extra * j->forward_share / j->backward_share - bwd0 + queue_end(ready, buckets, bwd, comm, &before);' \
+  test_unit_plan
 mutant plan-link-stretch-ignored trainer/plan.c \
   'return fmax(cpu, c->link_stretch_s_per_byte * bytes);' 'return fmax(cpu, 0 * c->link_stretch_s_per_byte * bytes);' \
   test_unit_plan

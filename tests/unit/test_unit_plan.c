@@ -140,9 +140,10 @@ static void test_codec_cost(void) {
 }
 
 /* Moving bytes costs the ranks' cores: 25 ns a byte of link traffic, 0.1 s of CPU for DDP's 4 MB each way. What
- * moves while backward runs lengthens it by that share; what moves after it costs the waiting core nothing. The
- * link (4 s) runs from the first bucket (backward's eighth) on, so 7/8 of backward's (1 + x) 2/3 s lies under
- * it: x = 0.1 (7/12)(1 + x) / 4, x = a / (1 - a) with a = 0.1 (7/12) / 4, and the step is 4 + (1 + x)(1/3 + 1/12).
+ * moves while backward runs lengthens backward (not the forward before it) by that share; what moves after it
+ * costs the waiting core nothing. The link (4 s) runs from the first bucket (backward's eighth) on, so 7/8 of
+ * backward's 2/3 + x s lies under it: x = 0.1 (7/8)(2/3 + x) / 4, x = a (2/3) / (1 - a) with a = 0.1 (7/32), and
+ * the step is forward 1/3 + backward's first eighth (2/3 + x)/8 + the link's 4 s.
  * Two ranks a machine share the CPU (0.05 s each) and their local sum adds 2 (R-1)/R G at 5 GB/s to the exchange.
  * DiLoCo overlaps its exchange with compute throughout: all of it counts. DiLoCo's 4 MB a round is 0.5 MB a
  * step: 12.5 ms, its round still hidden. One machine moves nothing: no cost. ZeRO: test_zero_link_cpu. */
@@ -152,16 +153,16 @@ static void test_link_cpu(void) {
     c.link_cpu_s_per_byte = 25e-9;
     tn_plan_row r[TN_PLAN_N];
     tn_plan_predict(&j, &c, r);
-    double a = 0.1 * (7.0 / 12) / 4, x = a / (1 - a);
-    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 4 + (1 + x) * (1.0 / 3 + 1.0 / 12), 1e-9);
-    CHECK_NEAR(r[TN_PLAN_DDP].exposed_s, 4 + (1 + x) * (1.0 / 3 + 1.0 / 12) - 1, 1e-9);
+    double a = 0.1 * 7.0 / 32, x = a * (2.0 / 3) / (1 - a);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, 4 + 1.0 / 3 + (2.0 / 3 + x) / 8, 1e-9);
+    CHECK_NEAR(r[TN_PLAN_DDP].exposed_s, 4 + 1.0 / 3 + (2.0 / 3 + x) / 8 - 1, 1e-9);
     CHECK_NEAR(r[TN_PLAN_DILOCO].step_s, 1.0125 + 6 * 4e6 / 5e9 / 8, 1e-9);
     c = cluster(2, 2, 1e6);
     c.link_cpu_s_per_byte = 25e-9;
     tn_plan_predict(&j, &c, r);
     double comm = 4 + 4e6 / 5e9;
-    a = 0.05 * (7.0 / 12) / comm, x = a / (1 - a);
-    CHECK_NEAR(r[TN_PLAN_DDP].step_s, comm + (1 + x) * (1.0 / 3 + 1.0 / 12), 1e-9);
+    a = 0.05 * (7.0 / 8) / comm, x = a * (2.0 / 3) / (1 - a);
+    CHECK_NEAR(r[TN_PLAN_DDP].step_s, comm + 1.0 / 3 + (2.0 / 3 + x) / 8, 1e-9);
     /* compute-bound (1 GB/s): every bucket but the last crosses under backward; the last one's 0.5 ms after it.
      * Bucket k's transfer starts when it is ready, (k+1)/8 of backward: 7 of 8 transfers under it, x = 0.1 x 7/8 */
     c = cluster(2, 1, 1e9);
