@@ -125,7 +125,11 @@ def link_stretch_ns(ddp, t1, link):
     the link: a slight underestimate. Wall time: what CPU seconds miss (wake-ups, softirq, cache) is in it."""
     compute = (ddp["ms_step"] - ddp["comm_wait_ms"]) / 1e3
     under = compute - ddp["first_grad_ms"] / 1e3
-    return max(0.0, (compute - t1) / (under * link) * 1e9) if under > 0 else 0.0
+    ns = max(0.0, (compute - t1) / (under * link) * 1e9) if under > 0 else 0.0
+    print(f"  link stretch: DDP's forward + backward + update {compute:.3f} s against T1 {t1:.3f} s, {under:.3f} s "
+          f"of it after the first bucket at {link / 1e6:.2f} MB/s: {ns:.1f} ns a byte (0: none seen; the plan then "
+          f"charges the link's CPU alone)", file=sys.stderr, flush=True)
+    return ns
 
 
 def measure(setup, rounds):
