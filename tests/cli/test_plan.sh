@@ -53,6 +53,17 @@ a, b = ({r["strategy"]: r for r in map(json.loads, open(f))} for f in sys.argv[1
 assert all(b[s]["step_s"] > a[s]["step_s"] + 1e-3 for s in ("ddp", "ddp+bf16", "ddp+int8", "ddp+int4")), (a, b)
 assert all(b[s]["step_s"] == a[s]["step_s"] for s in ("zero1", "zero2", "diloco")), (a, b)  # no costs measured here
 PY'
+# plan_fresh.py's derivation of it from a DDP step's split, on p28b's round (docs/performance.md): forward + backward
+# + update 2.177 - 1.072 = 1.105 s against T1 0.640, 0.770 s of it after the first bucket at 11.4 MB/s:
+# 0.465 / (0.770 x 11.4e6) = 52.97 ns a byte; compute under T1 (a T1 taken at a worse moment) gives none
+check 'python3 - "$ROOT/bench" <<"PY" 2>/dev/null
+import sys
+sys.path.insert(0, sys.argv[1])
+from plan_fresh import link_stretch_ns
+ns = link_stretch_ns({"ms_step": 2177, "comm_wait_ms": 1072, "first_grad_ms": 335}, 0.640, 11.4e6)
+assert abs(ns - 0.465 / (0.770 * 11.4e6) * 1e9) < 1e-9, ns
+assert link_stretch_ns({"ms_step": 3058, "comm_wait_ms": 1488, "first_grad_ms": 1075}, 1.977, 11.1e6) == 0
+PY'
 "$BIN" plan "$TINY" --machines 2 --link 100mbit --step-time 0.612 --link-stretch x >"$T/badstretch" 2>&1
 check 'grep -q "link-stretch expects a number >= 0" "$T/badstretch"'
 "$BIN" plan "$TINY" --machines 2 --link 100mbit --step-time 0.612 --ranks-per-core 0 >"$T/badcore" 2>&1
