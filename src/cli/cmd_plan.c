@@ -349,7 +349,8 @@ int tn_cmd_plan(int argc, char **argv) {
     if (a.json) print_json(rows, best, mine, job.compute_s);
     else {
         printf("tandem plan: %s, %.4g M trainable parameters (%s), %d machine(s) x %d rank(s), link %.2f MB/s each way%s "
-               "(%.3g ns of CPU a byte, %.3g ns of compute stretch a byte under DDP's backward), compute %.3f s a step (%s; %.3g TFLOP a step), %d tokens a sequence, "
+               "(%.3g ns of CPU a byte, %.3g ns of compute stretch a byte under DDP's backward), "
+               "compute %.3f s a step (%s; %.3g TFLOP a step), %d tokens a sequence, "
                "%.3g ns a byte to write a released page again, %.3g ns a byte to copy through shared memory\n",
                cfg.source_path, need.trainable / 1e6, lora ? "LoRA" : "full", c.machines, c.ranks_per_machine,
                c.link_Bps / 1e6, measured_at > 0 ? " (measured by bench allreduce)" : "", c.link_cpu_s_per_byte * 1e9,
