@@ -51,7 +51,7 @@ ROWS = [
 ]
 
 # --fresh of 2026-11-28 05:56-06:17, 2-core Intel Xeon, quiet: (setup, preset, machines, ranks, T1, link, link CPU
-# ns a byte, ranks a core, {strategy: measured s})
+# ns a byte, ranks a core, {strategy: measured s}[, link stretch ns a byte: runs that measured it])
 FRESH_1128 = [
     ("netns", "tiny", 2, 1, 0.627, 11.45e6, 12.7, 1,
      {"ddp": 2.211, "ddp+bf16": 1.419, "ddp+int8": 1.192, "ddp+int4": 0.966, "zero1": 2.128, "zero2": 2.093,
@@ -100,9 +100,12 @@ def recorded_rows(day):
     if day not in RECORDED:
         sys.exit(f"plan_validate: no recorded run '{day}' (expected one of {', '.join(RECORDED)})")
     out = []
-    for setup, preset, m, r, t1, link, cpu, per_core, measured in RECORDED[day]:
+    for setup, preset, m, r, t1, link, cpu, per_core, measured, *stretch in RECORDED[day]:
+        # a run recorded with the link's stretch (plan_fresh.py derives it since 2026-11-28 18:00) has it last
         extra = (["--link-cpu", f"{cpu:.2f}"] if cpu > 0 else []) + (["--ranks-per-core", str(per_core)] if per_core > 1 else [])
-        where = f"recorded {day} ({setup}, link CPU {cpu:.1f} ns/B{f', {per_core} ranks a core' if per_core > 1 else ''})"
+        extra += ["--link-stretch", f"{stretch[0]:.2f}"] if stretch and stretch[0] > 0 else []
+        where = (f"recorded {day} ({setup}, link CPU {cpu:.1f} ns/B{f', link stretch {stretch[0]:.1f} ns/B' if stretch else ''}"
+                 f"{f', {per_core} ranks a core' if per_core > 1 else ''})")
         out += [(preset, s, m, r, extra, t1, link, v, where) for s, v in measured.items()]
     return out
 
