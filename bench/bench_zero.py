@@ -99,6 +99,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--json", default="")
+    ap.add_argument("--local-ranks", default="1,2,4", help="rank counts of the local phase (2 alone: more rounds "
+                    "of the issue's one-machine comparison in the same time)")
     a = ap.parse_args()
     phases = a.phases.split(",")
     out = open(a.json, "a") if a.json else None
@@ -107,7 +109,7 @@ def main():
     if "local" in phases:
         rows = {}
         for r in range(a.rounds):
-            for n in (1, 2, 4):
+            for n in (int(x) for x in a.local_ranks.split(",")):
                 for s in ((0,) if n == 1 else (0, 1, 2, 3)):
                     rows.setdefault((n, s), []).append(local("small", n, s, a.steps))
         print("\nlocal, small preset (full fine-tuning), 1 thread per rank; model state per rank after the last step")
