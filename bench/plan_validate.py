@@ -92,8 +92,19 @@ FRESH_1128_1613 = [
       "zero3": 4.491, "diloco": 1.626, "diloco+int8": 1.214, "diloco+int4": 1.187}),
     ("local", "small", 1, 2, 4.193, 11.95e6, 0.0, 1, {"ddp": 4.489, "zero1": 4.531, "zero2": 4.574, "zero3": 5.163}),
 ]
+# --fresh of 2026-11-28 19:20-19:41 (the lead's quiet window with the link stretch; docs/performance.md, "The quiet
+# run with the stretch term"): each multi-machine setup's derived stretch last
+FRESH_1128_1920 = [
+    ("netns", "tiny", 2, 1, 0.567, 11.43e6, 12.7, 1,
+     {"ddp": 2.198, "ddp+bf16": 1.330, "ddp+int8": 0.951, "ddp+int4": 0.819, "zero1": 2.000, "zero2": 1.974,
+      "zero3": 2.509, "diloco": 0.613, "diloco+int8": 0.597, "diloco+int4": 0.568}, 61.9),
+    ("netns4", "tiny", 4, 1, 1.161, 11.44e6, 34.9, 2,
+     {"ddp": 4.050, "ddp+bf16": 3.972, "ddp+int8": 2.795, "ddp+int4": 2.518, "zero1": 4.158, "zero2": 4.127,
+      "zero3": 4.603, "diloco": 1.776, "diloco+int8": 1.275, "diloco+int4": 1.252}, 68.9),
+    ("local", "small", 1, 2, 4.527, 11.95e6, 0.0, 1, {"ddp": 5.139, "zero1": 5.336, "zero2": 5.598, "zero3": 5.708}),
+]
 RECORDED = {"2026-11-28": FRESH_1128, "2026-11-28T09:25": FRESH_1128_0925, "2026-11-28T12:15": FRESH_1128_1215,
-            "2026-11-28T16:13": FRESH_1128_1613}
+            "2026-11-28T16:13": FRESH_1128_1613, "2026-11-28T19:20": FRESH_1128_1920}
 
 
 def recorded_rows(day):
