@@ -103,8 +103,20 @@ FRESH_1128_1920 = [
       "zero3": 4.603, "diloco": 1.776, "diloco+int8": 1.275, "diloco+int4": 1.252}, 68.9),
     ("local", "small", 1, 2, 4.527, 11.95e6, 0.0, 1, {"ddp": 5.139, "zero1": 5.336, "zero2": 5.598, "zero3": 5.708}),
 ]
+# --fresh of 2026-12-06 23:14-23:39 on the 2-core AMD EPYC (quiet; docs/performance.md, "The quiet run on the AMD
+# EPYC"): each multi-machine setup's derived stretch last
+FRESH_1206_2314 = [
+    ("netns", "tiny", 2, 1, 0.640, 11.39e6, 18.6, 1,
+     {"ddp": 2.163, "ddp+bf16": 1.283, "ddp+int8": 1.087, "ddp+int4": 0.900, "zero1": 1.989, "zero2": 2.014,
+      "zero3": 2.535, "diloco": 0.706, "diloco+int8": 0.675, "diloco+int4": 0.664}, 37.1),
+    ("netns4", "tiny", 4, 1, 1.355, 11.48e6, 24.7, 2,
+     {"ddp": 3.783, "ddp+bf16": 3.783, "ddp+int8": 2.683, "ddp+int4": 2.296, "zero1": 4.064, "zero2": 4.115,
+      "zero3": 4.584, "diloco": 1.871, "diloco+int8": 1.523, "diloco+int4": 1.567}, 58.3),
+    ("local", "small", 1, 2, 5.754, 11.95e6, 0.0, 1, {"ddp": 5.844, "zero1": 6.117, "zero2": 6.041, "zero3": 6.235}),
+]
 RECORDED = {"2026-11-28": FRESH_1128, "2026-11-28T09:25": FRESH_1128_0925, "2026-11-28T12:15": FRESH_1128_1215,
-            "2026-11-28T16:13": FRESH_1128_1613, "2026-11-28T19:20": FRESH_1128_1920}
+            "2026-11-28T16:13": FRESH_1128_1613, "2026-11-28T19:20": FRESH_1128_1920,
+            "2026-12-06T23:14": FRESH_1206_2314}
 
 
 def recorded_rows(day):
