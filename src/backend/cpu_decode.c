@@ -46,12 +46,48 @@ static void rows1(float *y, const float *x, const float *W, int n0, int n1, int 
 }
 
 /* y[m, n] = alpha (x[m] . W[n]) + beta y[m, n] for n in [n0, n1), MM input rows (2..ROWS_MAX); MM is a
- * compile-time constant so that the MM accumulators live in vector registers */
+ * compile-time constant so that the MM accumulators live in vector registers. Two weight rows a pass where the
+ * 2 MM accumulators fit the register file (AVX-512's 32): each x vector loaded then serves two weight rows, which
+ * halves the x traffic that bounds the product once the M input rows (M K floats) no longer fit L1. Each (m, n)
+ * sum is still one accumulator over j in order: the result does not depend on the pairing. */
+#if VL == 16
+#define PAIR_ROWS(MM) 1
+#else
+#define PAIR_ROWS(MM) ((MM) <= 3) /* 16 vector registers: 2 MM + 2 must fit */
+#endif
+
+/* GCC otherwise folds the x load into both FMAs as a memory operand, loading it twice */
+#define KEEP_IN_REGISTER(v) __asm__("" : "+x"(v))
+
+#define ROW_SUMS(MM, ACC, WROW, N)                                                                                   \
+    for (int m = 0; m < MM; m++) {                                                                                   \
+        float s = vsum(ACC[m]);                                                                                      \
+        for (int j = KV; j < K; j++) s += (WROW)[j] * x[(size_t)m * ldx + j];                                        \
+        store(y + (size_t)m * ldy + (N), s, alpha, beta);                                                            \
+    }
+
 #define DEFINE_ROWS(MM)                                                                                              \
     static void rows_##MM(float *y, int ldy, const float *x, int ldx, const float *W, int n0, int n1, int K,         \
                           float alpha, float beta) {                                                                \
         const int KV = K - K % VL;                                                                                   \
-        for (int n = n0; n < n1; n++) {                                                                              \
+        int n = n0;                                                                                                  \
+        if (PAIR_ROWS(MM))                                                                                           \
+            for (; n + 1 < n1; n += 2) {                                                                             \
+                const float *w0 = W + (size_t)n * K, *w1 = w0 + K;                                                   \
+                vf a0[MM], a1[MM];                                                                                   \
+                for (int m = 0; m < MM; m++) a0[m] = a1[m] = (vf){0};                                                \
+                for (int j = 0; j < KV; j += VL) {                                                                   \
+                    vf v0 = vload(w0 + j), v1 = vload(w1 + j);                                                       \
+                    for (int m = 0; m < MM; m++) {                                                                   \
+                        vf xv = vload(x + (size_t)m * ldx + j);                                                      \
+                        KEEP_IN_REGISTER(xv);                                                                        \
+                        a0[m] += v0 * xv, a1[m] += v1 * xv;                                                          \
+                    }                                                                                                \
+                }                                                                                                    \
+                ROW_SUMS(MM, a0, w0, n)                                                                              \
+                ROW_SUMS(MM, a1, w1, n + 1)                                                                          \
+            }                                                                                                        \
+        for (; n < n1; n++) {                                                                                        \
             const float *w = W + (size_t)n * K;                                                                      \
             vf acc[MM];                                                                                              \
             for (int m = 0; m < MM; m++) acc[m] = (vf){0};                                                           \
@@ -59,11 +95,7 @@ static void rows1(float *y, const float *x, const float *W, int n0, int n1, int 
                 vf wv = vload(w + j);                                                                                \
                 for (int m = 0; m < MM; m++) acc[m] += wv * vload(x + (size_t)m * ldx + j);                          \
             }                                                                                                        \
-            for (int m = 0; m < MM; m++) {                                                                           \
-                float s = vsum(acc[m]);                                                                              \
-                for (int j = KV; j < K; j++) s += w[j] * x[(size_t)m * ldx + j];                                     \
-                store(y + (size_t)m * ldy + n, s, alpha, beta);                                                      \
-            }                                                                                                        \
+            ROW_SUMS(MM, acc, w, n)                                                                                  \
         }                                                                                                            \
     }
 DEFINE_ROWS(2)

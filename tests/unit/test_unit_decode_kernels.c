@@ -9,7 +9,8 @@
  * tail element, a row read with the wrong stride or a missing beta term each miss it by orders of magnitude (the
  * data are O(1) with mixed signs, so one term of sum |w x| is ~1/K of the bound's scale but ~K u^-1 times it).
  *
- * Shapes: M = 1 (four accumulator chains along each weight row), 2..8 (one weight row against all M), 9 (sgemm);
+ * Shapes: M = 1 (four accumulator chains along each weight row), 2..8 (two weight rows a pass against all M where
+ * the registers allow, then an odd row alone), 9 (sgemm);
  * K below, at and past one and four vector widths, with tails; odd N, and N large enough to split across threads;
  * ldx > K and ldy > N, whose padding must stay untouched; beta = 0 must not read y (NaN there). */
 #include <math.h>
