@@ -150,7 +150,7 @@ mutant decode-gemv-x-rows-at-stride-k backend/cpu_decode.c \
   'acc[m] += wv * vload(x + (size_t)m * ldx + j);' 'acc[m] += wv * vload(x + (size_t)m * K + j);' \
   test_unit_decode_kernels
 mutant decode-gemv-paired-row-reads-the-first-rows-weights backend/cpu_decode.c \
-  'a0[m] += v0 * xv, a1[m] += v1 * xv;' 'a0[m] += v0 * xv, a1[m] += v0 * xv;' test_unit_decode_kernels
+  'v1 = vload(w1 + j);' 'v1 = vload(w0 + j);' test_unit_decode_kernels
 mutant decode-gemv-beta-dropped backend/cpu_decode.c \
   '*out = beta == 0.0f ? alpha * s : alpha * s + beta * *out;' '*out = alpha * s + 0.0f * beta;' test_unit_decode_kernels
 mutant decode-gemv-tail-dropped backend/cpu_decode.c \
