@@ -163,6 +163,19 @@ static void predict_ddp(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_
     r->step_s = (r->comm_s > 0 ? overlapped_step(j, r->comm_s, nb, link_cpu) : j->compute_s) + codec_time(j, c, r->strategy);
 }
 
+/* Of the trainable floats, what stage 3 gathers again for backward (model_forward.c): the layers, each before its
+ * backward. The final norm and lm_head (the last group) are still whole from the forward, whose loss backward
+ * starts with; the embedding's backward scatters rows and reads no weight, so group 0 comes back only with what
+ * shares it (a vision tower: the floats no group holds). Without groups, all of it. */
+static double regathered_share(const tn_plan_job *j) {
+    if (j->n_groups < 2 || j->trainable <= 0) return 1;
+    double grouped = 0;
+    for (int g = 0; g < j->n_groups; g++) grouped += j->group_floats[g];
+    double tower = fmax(0, j->trainable - grouped), skipped = j->group_floats[j->n_groups - 1];
+    if (tower <= 0) skipped += j->group_floats[0];
+    return fmin(1, fmax(0, 1 - skipped / j->trainable));
+}
+
 /* A pass of `busy` seconds of compute beside `comm` seconds of exchange cut in nb units that follow the
  * compute (the first unit's transfer exposed before, or the last one's after): whichever paces it, plus one
  * unit of the other. */
@@ -174,10 +187,11 @@ static double paced(double busy, double comm, double nb) {
  * their CPU costs it nothing): a paced gather pass all but its first unit (before the pass's compute starts) or,
  * when the link paces the pass, all the compute but the last unit's (after the last gather); the reduce-scatters
  * as they queue under backward (before); stage 3's backward gathers as the forward's, within backward. */
-static double zero_link_under_compute(double fwd, double bwd, double unit, double before, double nb, int stage) {
+static double zero_link_under_compute(double fwd, double bwd, double unit, double again, double before, double nb,
+                                     int stage) {
     double gathers = fmin(fwd, unit) * (1 - 1 / fmax(nb, 1));
     if (stage < 3) return gathers + before;
-    return gathers + fmin(bwd, before + fmin(bwd, unit) * (1 - 1 / fmax(nb, 1)));
+    return gathers + fmin(bwd, before + fmin(bwd, again * unit) * (1 - 1 / fmax(nb, 1)));
 }
 
 /* Balanced shards: every unit's exchange keeps every link busy each way with (M-1)/M of its bytes. Stages 1-2:
@@ -187,14 +201,15 @@ static double zero_link_under_compute(double fwd, double bwd, double unit, doubl
  * passes of bytes over the link after the first unit's compute. cpu: the link's CPU seconds for the step's
  * bytes on the rank's core; it lengthens compute by the share of the link's seconds that run under compute
  * (zero_link_under_compute), the least fixed point as in overlapped_step: the first unit's gather before the
- * forward and the reduce-scatters after backward move while the core waits, as DDP's after-backward buckets. */
+ * forward and the reduce-scatters after backward move while the core waits, as DDP's after-backward buckets.
+ * Stage 3's backward gathers carry the regathered share of the bytes (regathered_share). */
 static void predict_zero_balanced(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_row *r, int stage,
                                   double cpu) {
     double G = 4 * j->trainable, M = c->machines, nb = bucket_count(G, j->bucket_bytes);
     double rail = G / 4 / fmax(nb, 1) / (c->ranks_per_machine * M); /* a unit's block on a rank's rail ring */
     double unit = local_time(c, G) / 2 + (M > 1 ? ring_time(c, (M - 1) * G / M, nb, rail, M - 1) : 0);
-    double back = stage == 3 ? 2 * unit : unit, extra = 0;
-    r->link_bytes = M > 1 ? (stage == 3 ? 3 : 2) * (M - 1) / M * G : 0;
+    double again = stage == 3 ? regathered_share(j) : 0, back = (1 + again) * unit, extra = 0;
+    r->link_bytes = M > 1 ? (2 + again) * (M - 1) / M * G : 0;
     r->comm_s = unit + back;
     double *ready = ready_shares(j, nb);
     for (int it = 0; it < 200; it++) {
@@ -202,7 +217,7 @@ static void predict_zero_balanced(const tn_plan_job *j, const tn_plan_cluster *c
         double fwd = grow * j->compute_s * j->forward_share, bwd = grow * j->compute_s * j->backward_share;
         double backward = fmax(queue_end(ready, nb, bwd, unit, &before), back + bwd / fmax(nb, 1));
         r->step_s = paced(fwd, unit, nb) + backward + grow * j->compute_s - fwd - bwd;
-        double under = zero_link_under_compute(fwd, bwd, unit, before, nb, stage);
+        double under = zero_link_under_compute(fwd, bwd, unit, again, before, nb, stage);
         double next = r->comm_s > 0 ? cpu * fmin(1, under / r->comm_s) : cpu;
         if (fabs(next - extra) <= 1e-15 * (1 + cpu)) break;
         extra = next;
@@ -228,15 +243,16 @@ static void predict_zero(const tn_plan_job *job, const tn_plan_cluster *c, tn_pl
     double fwd = j->compute_s * j->forward_share, bwd = j->compute_s * j->backward_share;
     double local = local_time(c, G) / 2; /* a reduce-scatter or an all-gather inside the machine */
     double shard = M > 1 ? (M - 1) * G / M / c->link_Bps + nb * (M - 1) / M * c->link_latency_s : 0;
-    r->link_bytes = M > 1 ? (stage == 3 ? 3 : 2) * (M - 1) / M * G : 0;
+    double again = stage == 3 ? regathered_share(j) : 0;
+    r->link_bytes = M > 1 ? (2 + again) * (M - 1) / M * G : 0;
     if (stage < 3) {
         r->comm_s = 2 * (local + M * shard);
         r->step_s = j->compute_s + 2 * (local + shard);
         return;
     }
     double pass = local + M * shard; /* every shard gathered, owner after owner */
-    r->comm_s = 2 * pass + pass;
-    r->step_s = fmax(fwd, pass) + fmax(bwd, pass) + shard + local;
+    r->comm_s = (2 + again) * pass;
+    r->step_s = fmax(fwd, pass) + fmax(bwd, again * pass) + shard + local;
 }
 
 /* The exchange of a round's pseudo-gradient, overlapped with the next round's H steps; the round's end adds
@@ -269,26 +285,29 @@ static double memory(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_str
 
 /* Bytes one rank's core writes a step into pages the backend released (cpu_release: the kernel faults and clears
  * each again on its next write) where DDP writes in place: stage 3 releases the parameters outside its chunks
- * ((N-1)/N of them) after each use and gathers them into released pages twice a step, in forward and in backward.
+ * ((N-1)/N of them) after each use and gathers them into released pages in forward and, the regathered share of
+ * them, in backward.
  * (Stages 2-3 also release the gradient outside the shard; backward's writes into it showed no clearing in the
  * profile of docs/performance.md, "ZeRO-3's refaults", and are not charged.) */
 static double refault_bytes(const tn_plan_job *j, const tn_plan_cluster *c, int stage) {
     double G = 4 * j->trainable, N = (double)c->machines * c->ranks_per_machine;
     if (stage < 3) return 0;
-    return 2 * G * (N - 1) / N;
+    return (1 + regathered_share(j)) * G * (N - 1) / N;
 }
 
 /* Passes of an in-machine sum (a reduce-scatter or an all-gather inside the machine) a step of s runs: DDP's
  * all-reduce two (compressed DDP sums inside the machine as DDP), ZeRO's gather and reduce-scatter two and
- * stage 3's second gather one more, DiLoCo's every-step sum two. */
-static double local_passes(tn_plan_strategy s) { return s == TN_PLAN_ZERO3 ? 3 : 2; }
+ * stage 3's backward gather its regathered share more, DiLoCo's every-step sum two. */
+static double local_passes(const tn_plan_job *j, tn_plan_strategy s) {
+    return s == TN_PLAN_ZERO3 ? 2 + regathered_share(j) : 2;
+}
 
 /* The core's CPU for one rank's in-machine passes over G bytes (comm_shm.c): an all-reduce copies the rank's G
  * into its input slot, sums its 1/R slice of the R inputs ((R-1) G/R adds and a G/R copy: G of streaming) and
  * copies the result out, 3 G a rank: 1.5 G a pass, at copy_s_per_byte. Nothing with one rank a machine. */
 static double local_cpu(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_strategy s) {
     if (c->ranks_per_machine < 2) return 0;
-    return local_passes(s) * 1.5 * 4 * j->trainable * j->copy_s_per_byte * sharing(c);
+    return local_passes(j, s) * 1.5 * 4 * j->trainable * j->copy_s_per_byte * sharing(c);
 }
 
 /* link_cpu: the link's (and the in-machine sum's) CPU seconds for the step's bytes on each rank's core; DDP's

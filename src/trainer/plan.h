@@ -13,10 +13,12 @@
  *                as DDP's all-reduce does (half its bytes) and the gather overlaps forward the same way.
  *                Contiguous shards (zero_shard_layout: contiguous): a bucket's bytes all go to one machine,
  *                (M-1) G/M per owner, one owner after another: the step waits for a shard each way;
- *   zero 3       + every group gathered again before backward (beside the reduce-scatter);
+ *   zero 3       + every layer gathered again before its backward (beside the reduce-scatter; the lm_head is
+ *                still whole from the forward, the embedding's backward reads no weight);
  *                Stage 3 releases the parameters outside its chunks after each use: on the CPU the kernel
  *                faults and clears each released page again when the next gather writes it
- *                (refault_s_per_byte, twice a step), which DDP's parameters, written in place, do not pay;
+ *                (refault_s_per_byte, in forward and again for the layers in backward), which DDP's
+ *                parameters, written in place, do not pay;
  *   diloco H     gradients summed inside the machine each step; between machines a pseudo-gradient every H
  *                steps ((M-1) E), overlapped with the next round: only what exceeds a round's compute shows.
  * A bucket can leave only when backward has made its gradient final: backward runs from the last layer (and the

@@ -291,7 +291,8 @@ mutant plan-zero3-gathers-wait-for-gradients trainer/plan.c \
   'fmax(queue_end(ready, nb, bwd, unit, &before), back + bwd / fmax(nb, 1))' 'queue_end(ready, nb, bwd, back, &before)' \
   test_unit_plan
 mutant plan-zero3-refaulted-once-a-step trainer/plan.c \
-  'return 2 * G * (N - 1) / N;' 'return G * (N - 1) / N;' test_unit_plan
+  'return (1 + regathered_share(j)) * G * (N - 1) / N;' 'return (0 * regathered_share(j) + 1) * G * (N - 1) / N;' \
+  test_unit_plan
 mutant plan-refaults-not-shared-on-a-core trainer/plan.c \
   'job->refault_s_per_byte * refault_bytes(job, c, stage) * sharing(c)' 'job->refault_s_per_byte * refault_bytes(job, c, stage)' \
   test_unit_plan
@@ -304,11 +305,15 @@ mutant plan-zero-first-gather-under-compute trainer/plan.c \
 mutant plan-zero-reduce-scatters-after-backward-charged trainer/plan.c \
   'if (stage < 3) return gathers + before;' 'if (stage < 3) return gathers + unit;' test_unit_plan
 mutant plan-local-sum-cpu-free trainer/plan.c \
-  'return local_passes(s) * 1.5 * 4' 'return 0 * local_passes(s) * 1.5 * 4' test_unit_plan
+  'return local_passes(j, s) * 1.5 * 4' 'return 0 * local_passes(j, s) * 1.5 * 4' test_unit_plan
 mutant plan-local-sum-cpu-not-shared-on-a-core trainer/plan.c \
   '1.5 * 4 * j->trainable * j->copy_s_per_byte * sharing(c);' '1.5 * 4 * j->trainable * j->copy_s_per_byte;' test_unit_plan
 mutant plan-local-sum-zero3-second-gather-free trainer/plan.c \
-  'return s == TN_PLAN_ZERO3 ? 3 : 2;' 'return (void)s, 2;' test_unit_plan
+  'return s == TN_PLAN_ZERO3 ? 2 + regathered_share(j) : 2;' 'return (void)j, (void)s, 2;' test_unit_plan
+mutant plan-zero3-regathers-the-head trainer/plan.c \
+  'skipped = j->group_floats[j->n_groups - 1];' 'skipped = 0 * j->group_floats[j->n_groups - 1];' test_unit_plan
+mutant plan-zero3-regathers-the-embedding trainer/plan.c \
+  'if (tower <= 0) skipped += j->group_floats[0];' 'if (tower < 0) skipped += j->group_floats[0];' test_unit_plan
 mutant plan-tied-head-floats-left-in-the-head trainer/plan.c \
   'D + (mc->tie_word_embeddings ? 0 : V * D)' 'D + V * D' test_unit_plan
 mutant plan-diloco-round-not-hidden trainer/plan.c \

@@ -284,6 +284,39 @@ static void test_refault_cost(void) {
     CHECK_NEAR(r[TN_PLAN_ZERO3].step_s - free_faults[TN_PLAN_ZERO3].step_s, 12e-3, 1e-12);
 }
 
+/* Stage 3 gathers again for backward only what backward reads (model_forward.c): the layers. The head (norm and
+ * lm_head) is still whole from the forward and the embedding's backward reads no weight. Groups of 1M floats:
+ * embedding 0.2M, two layers 0.3M each, head 0.2M: 0.6 of G again. Two machines at 1 MB/s: (2 + 0.6) x G/2 =
+ * 5.2 MB; the backward's gathers 3.2 s pace it (+ its last unit's 1/12 s; the reduce-scatters' queue, from the
+ * head's bucket at 0.2 of backward, ends at 2.13 s): 2 + 1/24 + 3.2 + 1/12. Refaults on one machine of 4 ranks:
+ * 3/4 of G in forward and 0.6 of that in backward, 4.8 MB at 1 ns. A vision tower (floats no group holds) is
+ * gathered with the embedding: of 1.2M, all but the head's 0.2M. LoRA's adapters live in the layers: all of G. */
+static void test_regathered_share(void) {
+    tn_plan_job j = job_1m();
+    const double floats[4] = {0.2e6, 0.3e6, 0.3e6, 0.2e6}, work[4] = {0, 0.4, 0.4, 0.2};
+    j.n_groups = 4;
+    memcpy(j.group_floats, floats, sizeof floats), memcpy(j.group_work, work, sizeof work);
+    tn_plan_cluster c = cluster(2, 1, 1e6);
+    tn_plan_row r[TN_PLAN_N], free_faults[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].link_bytes, 5.2e6, 1e-6);
+    CHECK_NEAR(r[TN_PLAN_ZERO2].link_bytes, 4e6, 1e-6);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].step_s, 2 + 1.0 / 24 + 3.2 + 1.0 / 12, 1e-9);
+    c = cluster(1, 4, 1e6);
+    tn_plan_predict(&j, &c, free_faults);
+    j.refault_s_per_byte = 1e-9;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].step_s - free_faults[TN_PLAN_ZERO3].step_s, 4.8e-3, 1e-12);
+    j.refault_s_per_byte = 0, j.trainable = 1.2e6;
+    c = cluster(2, 1, 1e6);
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].link_bytes, (2 + 1.0 / 1.2) * 2.4e6, 1e-6);
+    const double lora[4] = {0, 0.5e6, 0.5e6, 0};
+    memcpy(j.group_floats, lora, sizeof lora), j.trainable = 1e6;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].link_bytes, 6e6, 1e-6);
+}
+
 /* Two ranks a core (four machines' namespaces on two cores): compute_s was measured so shared, and the CPU each
  * rank spends beyond it lands on both. DiLoCo: 25 ns x 4 MB / 8 a step = 12.5 ms per rank, 25 ms on the core, and
  * its round end's 6 passes twice; int8's codec twice (10 ns to encode and 1 ns to decode each of 2 encodings). */
@@ -419,6 +452,7 @@ int main(void) {
     test_local_copy_cpu();
     test_ranks_per_core();
     test_refault_cost();
+    test_regathered_share();
     test_bucket_readiness();
     test_groups_from_model();
     test_parse_link();
