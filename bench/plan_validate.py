@@ -114,9 +114,20 @@ FRESH_1206_2314 = [
       "zero3": 4.584, "diloco": 1.871, "diloco+int8": 1.523, "diloco+int4": 1.567}, 58.3),
     ("local", "small", 1, 2, 5.754, 11.95e6, 0.0, 1, {"ddp": 5.844, "zero1": 6.117, "zero2": 6.041, "zero3": 6.235}),
 ]
+# --fresh of 2026-12-07 07:03-07:29 on the same AMD EPYC (quiet, after the CI; the plan at e674e9a, ZeRO-3's backward
+# gathering the layers only; docs/performance.md, "A fresh run with the change")
+FRESH_1207_0703 = [
+    ("netns", "tiny", 2, 1, 0.687, 11.38e6, 19.6, 1,
+     {"ddp": 2.212, "ddp+bf16": 1.317, "ddp+int8": 1.028, "ddp+int4": 0.903, "zero1": 2.014, "zero2": 2.056,
+      "zero3": 2.528, "diloco": 0.800, "diloco+int8": 0.733, "diloco+int4": 0.713}, 34.5),
+    ("netns4", "tiny", 4, 1, 1.367, 11.43e6, 25.6, 2,
+     {"ddp": 3.745, "ddp+bf16": 3.740, "ddp+int8": 2.593, "ddp+int4": 2.169, "zero1": 3.819, "zero2": 3.969,
+      "zero3": 4.653, "diloco": 1.987, "diloco+int8": 1.587, "diloco+int4": 1.591}, 56.8),
+    ("local", "small", 1, 2, 5.667, 11.95e6, 0.0, 1, {"ddp": 6.053, "zero1": 5.909, "zero2": 5.961, "zero3": 6.201}),
+]
 RECORDED = {"2026-11-28": FRESH_1128, "2026-11-28T09:25": FRESH_1128_0925, "2026-11-28T12:15": FRESH_1128_1215,
             "2026-11-28T16:13": FRESH_1128_1613, "2026-11-28T19:20": FRESH_1128_1920,
-            "2026-12-06T23:14": FRESH_1206_2314}
+            "2026-12-06T23:14": FRESH_1206_2314, "2026-12-07T07:03": FRESH_1207_0703}
 
 
 def recorded_rows(day):
