@@ -41,9 +41,10 @@ FORMULA = {0: lambda p, n: 16 * p, 1: lambda p, n: 8 * p + 8 * p / n, 2: lambda 
 
 
 def local(preset, n, stage, steps):
+    """stage 0-3, or "3g": stage 3 gathering its parameters as across machines instead of mapping one shared copy"""
     cmd = ["mpirun", "-n", str(n), "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS", BIN, "bench",
-           "train", "--preset", preset, "--steps", str(steps), "--warmup", "1", "--dist", "--zero", str(stage)]
-    return tandem_json(run(cmd))
+           "train", "--preset", preset, "--steps", str(steps), "--warmup", "1", "--dist", "--zero", str(stage)[0]]
+    return tandem_json(run(cmd + (["--zero-gather"] if stage == "3g" else [])))
 
 
 def netns(preset, stage, steps):
@@ -110,9 +111,11 @@ def main():
         rows = {}
         for r in range(a.rounds):
             for n in (int(x) for x in a.local_ranks.split(",")):
-                for s in ((0,) if n == 1 else (0, 1, 2, 3)):
+                for s in ((0,) if n == 1 else (0, 1, 2, 3, "3g")):
                     rows.setdefault((n, s), []).append(local("small", n, s, a.steps))
         print("\nlocal, small preset (full fine-tuning), 1 thread per rank; model state per rank after the last step")
+        print("(stage 3: the ranks map one shared copy of the parameters, the default; 3g: stage 3 gathering them as "
+              "across machines, --zero-gather)")
         print("| ranks | stage | ms/step | vs stage 0 | peak RSS MB | model state MB after the step | ZeRO formula MB | "
               "ratio | peak model state MB in the step | peak / formula |")
         print("|---|---|---|---|---|---|---|---|---|---|")
@@ -121,7 +124,7 @@ def main():
             base = statistics.median(x["ms_step"] for x in rows[(n, 0)])
             rss = statistics.median(x["peak_rss_mb"] for x in rs)
             state = statistics.median(x["state_mb"] for x in rs)
-            f = FORMULA[s](rs[0]["trainable"], n) / 1048576.0
+            f = FORMULA[int(str(s)[0])](rs[0]["trainable"], n) / 1048576.0
             # in the step: parameters + gradients sampled at every layer boundary, plus the (constant) AdamW shard
             opt = 8.0 * rs[0]["trainable"] / (n if s else 1) / 1048576.0
             peak = max(statistics.median(x["peak_params_grads_mb"] for x in rs) + opt, state) if s else state

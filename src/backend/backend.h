@@ -34,6 +34,9 @@ struct tn_backend {
      * it costs nothing until written again); resident: the bytes of [p, p+n) the system really holds */
     void (*release)(float *p, size_t n);
     size_t (*resident)(const float *p, size_t n);
+    /* The bytes of the page mapping that starts at p, made by alloc for p alone (comm.h's tn_comm_share_machine
+     * may map shared pages over it); 0 when p is not one (a small or device buffer). NULL: none ever is. */
+    size_t (*own_mapping)(const float *p);
     void (*copy)(float *dst, const float *src, size_t n);
     /* dst[r, 0:cols) = src[r, 0:cols) for r < rows (row strides ldd, lds) */
     void (*copy_rows)(float *dst, int ldd, const float *src, int lds, int rows, int cols);

@@ -110,6 +110,15 @@ static void cpu_release(float *p, size_t n) {
     memset((void *)hi, 0, b - hi);
 }
 
+static size_t cpu_own_mapping(const float *p) {
+    size_t bytes = 0;
+    pthread_mutex_lock(&big_mu);
+    for (int k = 0; k < MAX_BIG && p; k++)
+        if (big[k].p == p) bytes = big[k].bytes;
+    pthread_mutex_unlock(&big_mu);
+    return bytes;
+}
+
 static size_t cpu_resident(const float *p, size_t n) {
     if (!n) return 0;
     const uintptr_t page = 4096, a = (uintptr_t)p, b = (uintptr_t)(p + n);
@@ -446,6 +455,7 @@ static const tn_backend cpu_backend = {
     .zero = cpu_zero,
     .release = cpu_release,
     .resident = cpu_resident,
+    .own_mapping = cpu_own_mapping,
     .copy = cpu_copy,
     .copy_rows = cpu_copy_rows,
     .matmul = tn_cpu_matmul,

@@ -6,7 +6,8 @@
  *   full 6 N T + 12 L D S T ;  LoRA (4 N + 6 N_lora) T + 12 L D S T ; N = base params minus the embedding.
  * Threads come from OMP_NUM_THREADS (OpenBLAS is the OpenMP build and follows it). --dist: one rank of a
  * data-parallel run under mpirun; --zero N: sharded as ZeRO stage N (zero.h), --zero-layout balanced|contiguous
- * its shards (shard_layout.h); --trace:
+ * its shards (shard_layout.h), --zero-gather: stage 3 on one machine gathers as across machines instead of
+ * sharing one copy of the parameters (zero.c); --trace:
  * every rank prints each step's phases to stderr; --compress bf16|int8|int4: gradients between machines encoded
  * (grad_sync.h); --diloco H: sync_mode diloco with H inner steps (diloco.h; --compress then encodes the
  * pseudo-gradients, --no-overlap waits for each exchange). The JSON line has the median and the mean step
@@ -126,7 +127,7 @@ static void random_data(tn_dataset *d, int n, int S, int vocab) {
 static int bench_train(int argc, char **argv) {
     const char *name = "tiny", *model_config = NULL, *device = "cpu";
     int lora = 0, steps = 0, warmup = 2, dist = 0, trace = 0, stage = 0, batch = 0, seq = 0, bf16 = 0, ckpt = 0;
-    int lora_rank = 8, inner = 0, overlap = 1, contiguous = 0;
+    int lora_rank = 8, inner = 0, overlap = 1, contiguous = 0, gather = 0;
     double bucket_mb = 4, peak_tflops = 0, outer_lr = 1.0, outer_mom = 0.0; /* train's defaults */
     tn_codec codec = TN_CODEC_FP32;
     for (int i = 0; i < argc; i++) {
@@ -152,6 +153,7 @@ static int bench_train(int argc, char **argv) {
                 return tn_err("bench train: --zero-layout expects balanced or contiguous, got '%s'", v);
             contiguous = strcmp(v, "contiguous") == 0;
         }
+        else if (strcmp(argv[i], "--zero-gather") == 0) gather = 1;
         else if (strcmp(argv[i], "--diloco") == 0 && i + 1 < argc) inner = atoi(argv[++i]);
         else if (strcmp(argv[i], "--outer-lr") == 0 && i + 1 < argc) outer_lr = atof(argv[++i]);
         else if (strcmp(argv[i], "--outer-momentum") == 0 && i + 1 < argc) outer_mom = atof(argv[++i]);
@@ -192,6 +194,7 @@ static int bench_train(int argc, char **argv) {
     tn_train_config cfg;
     bench_config(&cfg, B, warmup + steps, ckpt, bucket_mb, stage, inner, outer_lr, outer_mom, overlap, codec);
     cfg.zero_contiguous = contiguous;
+    cfg.zero_shared_params = !gather;
     int world = comm ? in->size : 1;
     tn_dataset data;
     random_data(&data, world * B, S, c.vocab_size);
@@ -219,7 +222,7 @@ static int bench_train(int argc, char **argv) {
         double dt = tn_now() - t0;
         /* sampled inside the passes (ZeRO, since the last step); outside them (after the update) too */
         size_t inside = tn_trainer_peak_bytes(t);
-        size_t now = m->be->resident(m->slab, m->n_trainable) + m->be->resident(m->grad, m->n_trainable);
+        size_t now = tn_model_param_resident(m) + m->be->resident(m->grad, m->n_trainable);
         double peak = stage ? (double)(inside > now ? inside : now) : 0;
         if (i < warmup) continue;
         ms[i - warmup] = 1e3 * dt;
@@ -234,7 +237,7 @@ static int bench_train(int argc, char **argv) {
     double med = median(ms, steps); /* sorts: ms[0] is then the fastest step */
     /* model state this rank holds after the last step (page residency): trainable parameters, gradients, AdamW */
     const tn_backend *be = m->be;
-    double state_mb = (double)(be->resident(m->slab, m->n_trainable) + be->resident(m->grad, m->n_trainable) +
+    double state_mb = (double)(tn_model_param_resident(m) + be->resident(m->grad, m->n_trainable) +
                                be->resident(o->m, o->n) + be->resident(o->v, o->n)) / 1048576.0;
     /* FLOP model of bench_ref.py */
     double N = 0, n_lora = 0;

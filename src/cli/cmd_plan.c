@@ -321,6 +321,7 @@ int tn_cmd_plan(int argc, char **argv) {
     if (a.copy_ns >= 0) job.copy_s_per_byte = a.copy_ns * 1e-9;
     else if (a.compute_tflops <= 0 && c.ranks_per_machine > 1) job.copy_s_per_byte = measure_copy(); /* GPUs: NCCL */
     const char *source = "given";
+    if (a.compute_tflops > 0) job.zero_shared = 0; /* GPUs: device memory is not mapped between processes */
     if (a.compute_tflops > 0) job.compute_s = flops / (a.compute_tflops * 1e12);
     else if (a.step_time > 0) job.compute_s = a.step_time;
     else {

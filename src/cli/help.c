@@ -145,7 +145,7 @@ static const page PAGES[] = {
      "  --help, -h      this page\n"},
     {"bench", "train", "bench train [--preset tiny|small | --model-config FILE] [--batch B] [--seq S] [--lora] "
                        "[--lora-rank R] [--device cpu|cuda] [--bf16] [--checkpointing] [--peak-tflops X] [--steps N] "
-                       "[--warmup N] [--dist] [--trace] [--bucket-mb MB] [--zero N] [--zero-layout L] "
+                       "[--warmup N] [--dist] [--trace] [--bucket-mb MB] [--zero N] [--zero-layout L] [--zero-gather] "
                        "[--diloco H] [--outer-lr X] [--outer-momentum X] [--no-overlap] [--compress bf16|int8|int4]",
      "time training steps on random tokens; one JSON line (bench/bench_train.sh compares with PyTorch)",
      "  --preset tiny|small  model and batch of ../shared/ref's presets (default tiny)\n"

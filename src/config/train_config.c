@@ -182,6 +182,7 @@ static const key_def KEYS[] = {
     {"zero_stage", INT(zero_stage, 0, 3), 0, 0, "0, 1, 2 or 3 (ZeRO: 1 shards AdamW state, 2 also gradients, 3 also "
      "parameters)", NULL},
     {"zero_shard_layout", CUSTOM(zero_contiguous), 0, 0, "balanced or contiguous", set_shard_layout},
+    {"zero_shared_params", BOOL(zero_shared_params), 0, 0, "true or false", NULL},
     {"fsdp", CUSTOM(fsdp_stage), 0, 0, "full_shard, shard_grad_op, hybrid_shard or no_shard (optionally with "
      "auto_wrap, offload)", set_fsdp},
     {"sync_mode", CUSTOM(sync_mode), 0, 0, "ddp or diloco", set_sync_mode},
@@ -282,6 +283,7 @@ void tn_train_config_defaults(tn_train_config *c) {
     c->ddp_bucket_cap_mb = 4; /* small enough that the first bucket leaves early and overlaps backward */
     c->peer_timeout = 60;
     c->zero_stage = -1;
+    c->zero_shared_params = 1;
     c->fsdp_stage = -1;
     c->max_bad_steps = 10;
     c->sync_mode = TN_SYNC_DDP;

@@ -83,6 +83,8 @@ typedef struct {
                                            * zero_optimization.stage, or fsdp's strategy, or 0) */
     int zero_contiguous;                  /* tandem zero_shard_layout: 0 balanced (default: FSDP's chunk of every
                                            * unit per rank), 1 contiguous ranges (shard_layout.h) */
+    int zero_shared_params;               /* tandem: ZeRO-3 with every rank on one machine maps one shared copy of the
+                                           * parameters instead of gathering them (default true; zero.c) */
     int fsdp_stage;                       /* HF TrainingArguments' fsdp: full_shard 3, shard_grad_op 2,
                                            * no_shard 0; -1 = not given */
     double ddp_bucket_cap_mb;

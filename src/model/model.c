@@ -214,6 +214,11 @@ static void compute_frontiers(tn_model *m) {
     }
 }
 
+size_t tn_model_param_resident(const tn_model *m) {
+    size_t bytes = m->be->resident(m->slab, m->n_trainable);
+    return m->slab_sharers > 1 ? bytes / (size_t)m->slab_sharers : bytes;
+}
+
 void tn_model_group_range(const tn_model *m, int g, size_t *lo, size_t *hi) {
     *lo = tn_model_grad_frontier(m, g);
     *hi = g >= m->L ? m->n_trainable : tn_model_grad_frontier(m, g + 1);

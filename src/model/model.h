@@ -69,6 +69,8 @@ typedef struct tn_model {
     tn_param *params;
     size_t n_total, n_trainable;         /* floats */
     float *slab;                         /* parameters [n_total] (backend memory) */
+    int slab_sharers;                    /* ranks whose slab is these very pages (ZeRO-3 on one machine: zero.c);
+                                          * 0 or 1: this rank's own */
     float *grad;                         /* gradients [n_trainable] */
 
     float *embed, *norm, *lm_head;       /* lm_head == embed when tied */
@@ -97,6 +99,9 @@ typedef struct tn_model {
  * L for the final norm and lm_head, -1 for the embedding (its gradient is final only at the very end). The
  * slab order makes groups contiguous and ascending, so [frontier, n_trainable) is exactly groups >= g. */
 size_t tn_model_grad_frontier(const tn_model *m, int g);
+/* This rank's share of the resident bytes of the trainable parameters: all it holds, or, when its slab is the
+ * same pages as slab_sharers ranks', that divided among them (what the memory reports compare with ZeRO's). */
+size_t tn_model_param_resident(const tn_model *m);
 /* The trainable-slab range [*lo, *hi) of group g alone (empty when the group has no trainable tensor). */
 void tn_model_group_range(const tn_model *m, int g, size_t *lo, size_t *hi);
 

@@ -364,7 +364,7 @@ static int report_memory(const job_ctx *j) {
     const tn_model *m = t->model;
     const tn_backend *be = m->be;
     const tn_adamw *o = tn_trainer_optimizer(j->t);
-    double mine[3] = {(double)be->resident(m->slab, m->n_trainable), (double)be->resident(m->grad, m->n_trainable),
+    double mine[3] = {(double)tn_model_param_resident(m), (double)be->resident(m->grad, m->n_trainable),
                       (double)(be->resident(o->m, o->n) + be->resident(o->v, o->n))};
     double *all = tn_xmalloc((size_t)t->world * sizeof mine);
     if (tn_comm_allgather(j->comm, mine, sizeof mine, all) != 0) {

@@ -102,7 +102,7 @@ static void sample_memory(const tn_trainer *t, note *n) {
     const tn_model *md = tn_trainer_get_info(t)->model;
     const tn_backend *be = md->be;
     const tn_adamw *o = tn_trainer_optimizer(t);
-    n->mem[0] = (float)be->resident(md->slab, md->n_trainable);
+    n->mem[0] = (float)tn_model_param_resident(md);
     n->mem[1] = (float)be->resident(md->grad, md->n_trainable);
     n->mem[2] = (float)(be->resident(o->m, o->n) + be->resident(o->v, o->n));
     n->mem[3] = (float)resident_bytes();

@@ -183,13 +183,18 @@ static double paced(double busy, double comm, double nb) {
     return fmax(busy + comm / fmax(nb, 1), comm + busy / fmax(nb, 1));
 }
 
+/* Stage 3 on one machine whose ranks map one copy of the parameters (zero.c): no gather, so no refault. */
+static int shared_params(const tn_plan_job *j, const tn_plan_cluster *c, int stage) {
+    return stage == 3 && j->zero_shared && c->machines == 1 && c->ranks_per_machine > 1;
+}
+
 /* Link seconds of a balanced ZeRO step that run while the core computes (the rest cross while it waits, and
  * their CPU costs it nothing): a paced gather pass all but its first unit (before the pass's compute starts) or,
  * when the link paces the pass, all the compute but the last unit's (after the last gather); the reduce-scatters
  * as they queue under backward (before); stage 3's backward gathers as the forward's, within backward. */
-static double zero_link_under_compute(double fwd, double bwd, double unit, double again, double before, double nb,
-                                     int stage) {
-    double gathers = fmin(fwd, unit) * (1 - 1 / fmax(nb, 1));
+static double zero_link_under_compute(double fwd, double bwd, double gather, double unit, double again, double before,
+                                     double nb, int stage) {
+    double gathers = fmin(fwd, gather) * (1 - 1 / fmax(nb, 1));
     if (stage < 3) return gathers + before;
     return gathers + fmin(bwd, before + fmin(bwd, again * unit) * (1 - 1 / fmax(nb, 1)));
 }
@@ -202,22 +207,25 @@ static double zero_link_under_compute(double fwd, double bwd, double unit, doubl
  * bytes on the rank's core; it lengthens compute by the share of the link's seconds that run under compute
  * (zero_link_under_compute), the least fixed point as in overlapped_step: the first unit's gather before the
  * forward and the reduce-scatters after backward move while the core waits, as DDP's after-backward buckets.
- * Stage 3's backward gathers carry the regathered share of the bytes (regathered_share). */
+ * Stage 3's backward gathers carry the regathered share of the bytes (regathered_share). With the parameters shared
+ * on one machine (shared_params) stage 3 gathers nothing: the reduce-scatters alone, as stage 2's backward. */
 static void predict_zero_balanced(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_row *r, int stage,
                                   double cpu) {
     double G = 4 * j->trainable, M = c->machines, nb = bucket_count(G, j->bucket_bytes);
     double rail = G / 4 / fmax(nb, 1) / (c->ranks_per_machine * M); /* a unit's block on a rank's rail ring */
     double unit = local_time(c, G) / 2 + (M > 1 ? ring_time(c, (M - 1) * G / M, nb, rail, M - 1) : 0);
-    double again = stage == 3 ? regathered_share(j) : 0, back = (1 + again) * unit, extra = 0;
+    int shared = shared_params(j, c, stage);
+    double again = stage == 3 && !shared ? regathered_share(j) : 0, back = (1 + again) * unit, extra = 0;
+    double gather = shared ? 0 : unit; /* a unit's gather in forward */
     r->link_bytes = M > 1 ? (2 + again) * (M - 1) / M * G : 0;
-    r->comm_s = unit + back;
+    r->comm_s = gather + back;
     double *ready = ready_shares(j, nb);
     for (int it = 0; it < 200; it++) {
         double grow = j->compute_s > 0 ? (j->compute_s + extra) / j->compute_s : 1, before = 0;
         double fwd = grow * j->compute_s * j->forward_share, bwd = grow * j->compute_s * j->backward_share;
         double backward = fmax(queue_end(ready, nb, bwd, unit, &before), back + bwd / fmax(nb, 1));
-        r->step_s = paced(fwd, unit, nb) + backward + grow * j->compute_s - fwd - bwd;
-        double under = zero_link_under_compute(fwd, bwd, unit, again, before, nb, stage);
+        r->step_s = paced(fwd, gather, nb) + backward + grow * j->compute_s - fwd - bwd;
+        double under = zero_link_under_compute(fwd, bwd, gather, unit, again, before, nb, stage);
         double next = r->comm_s > 0 ? cpu * fmin(1, under / r->comm_s) : cpu;
         if (fabs(next - extra) <= 1e-15 * (1 + cpu)) break;
         extra = next;
@@ -248,6 +256,11 @@ static void predict_zero(const tn_plan_job *job, const tn_plan_cluster *c, tn_pl
     if (stage < 3) {
         r->comm_s = 2 * (local + M * shard);
         r->step_s = j->compute_s + 2 * (local + shard);
+        return;
+    }
+    if (shared_params(j, c, stage)) { /* one machine, nothing gathered: the last shard's reduce-scatter */
+        r->comm_s = local;
+        r->step_s = j->compute_s + local;
         return;
     }
     double pass = local + M * shard; /* every shard gathered, owner after owner */
@@ -291,15 +304,17 @@ static double memory(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_str
  * profile of docs/performance.md, "ZeRO-3's refaults", and are not charged.) */
 static double refault_bytes(const tn_plan_job *j, const tn_plan_cluster *c, int stage) {
     double G = 4 * j->trainable, N = (double)c->machines * c->ranks_per_machine;
-    if (stage < 3) return 0;
+    if (stage < 3 || shared_params(j, c, stage)) return 0;
     return (1 + regathered_share(j)) * G * (N - 1) / N;
 }
 
 /* Passes of an in-machine sum (a reduce-scatter or an all-gather inside the machine) a step of s runs: DDP's
  * all-reduce two (compressed DDP sums inside the machine as DDP), ZeRO's gather and reduce-scatter two and
- * stage 3's backward gather its regathered share more, DiLoCo's every-step sum two. */
-static double local_passes(const tn_plan_job *j, tn_plan_strategy s) {
-    return s == TN_PLAN_ZERO3 ? 2 + regathered_share(j) : 2;
+ * stage 3's backward gather its regathered share more (one, the reduce-scatter, with the parameters shared),
+ * DiLoCo's every-step sum two. */
+static double local_passes(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_strategy s) {
+    if (s != TN_PLAN_ZERO3) return 2;
+    return shared_params(j, c, 3) ? 1 : 2 + regathered_share(j);
 }
 
 /* The core's CPU for one rank's in-machine passes over G bytes (comm_shm.c): an all-reduce copies the rank's G
@@ -307,7 +322,7 @@ static double local_passes(const tn_plan_job *j, tn_plan_strategy s) {
  * copies the result out, 3 G a rank: 1.5 G a pass, at copy_s_per_byte. Nothing with one rank a machine. */
 static double local_cpu(const tn_plan_job *j, const tn_plan_cluster *c, tn_plan_strategy s) {
     if (c->ranks_per_machine < 2) return 0;
-    return local_passes(j, s) * 1.5 * 4 * j->trainable * j->copy_s_per_byte * sharing(c);
+    return local_passes(j, c, s) * 1.5 * 4 * j->trainable * j->copy_s_per_byte * sharing(c);
 }
 
 /* link_cpu: the link's (and the in-machine sum's) CPU seconds for the step's bytes on each rank's core; DDP's
@@ -419,6 +434,7 @@ void tn_plan_job_from_config(const tn_train_config *cfg, const tn_memory_need *n
     job->tokens_per_rank = (double)cfg->per_device_train_batch_size * seq * cfg->gradient_accumulation_steps;
     job->bucket_bytes = cfg->ddp_bucket_cap_mb * 1048576.0, job->diloco_h = cfg->diloco_inner_steps;
     job->zero_contiguous = cfg->zero_contiguous;
+    job->zero_shared = cfg->zero_shared_params; /* the caller clears it for device memory */
     /* forward's share of the FLOPs: 2 of 6 N (full), 2 of 4 N (LoRA); a recomputed forward belongs to backward */
     job->forward_share = lora ? (ckpt ? 1.0 / 3 : 0.5) : (ckpt ? 0.25 : 1.0 / 3);
     job->backward_share = 1 - job->forward_share;

@@ -101,6 +101,8 @@ typedef struct {
     double bucket_bytes;      /* gradient bucket cap */
     int diloco_h;             /* inner steps of a DiLoCo round */
     int zero_contiguous;      /* ZeRO's shards: 0 balanced, 1 contiguous (zero_shard_layout) */
+    int zero_shared;          /* ZeRO-3 with every rank on one machine maps one shared copy of the parameters
+                               * (zero_shared_params, host memory: zero.c): nothing gathered or refaulted */
     double encode_s[4], decode_s[4]; /* seconds per float of each codec (compress.h's order: fp32, bf16, int8, int4)
                                       * on the core that runs the step; 0: free */
     double refault_s_per_byte; /* the core's seconds per byte to write a released page again (the backend's

@@ -3,6 +3,7 @@
  * (stages 2-3: the rest of each bucket released once exchanged), AdamW moments for the shard only, the updated
  * shard all-gathered after the step (stages 1-2) or before each use (stage 3, through the model's param_hook,
  * installed at start once every rank holds the whole model). Each rank saves and loads its own moments. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/core.h"
@@ -65,7 +66,18 @@ static tn_zero *zero_of(const tn_strategy *s) { return ((const zero_strategy *)s
 
 static void start(tn_strategy *s) {
     zero_strategy *z = (zero_strategy *)s;
-    if (!z->zero) z->zero = tn_zero_create(s->a.comm, s->a.model, s->a.stage, z->layout);
+    if (z->zero) return;
+    char why[256];
+    int share = s->a.cfg->zero_shared_params;
+    z->zero = tn_zero_create(s->a.comm, s->a.model, s->a.stage, z->layout, share, why, sizeof why);
+    const tn_comm_info *in = tn_comm_get_info(s->a.comm);
+    if (s->a.stage != 3 || in->rank != 0 || in->n_nodes != 1 || !share) return;
+    if (tn_zero_shared(z->zero))
+        printf("tandem: ZeRO-3 on one machine: the %d ranks map one shared copy of the parameters, nothing to "
+               "gather (zero_shared_params)\n", in->size);
+    else
+        printf("tandem: note: ZeRO-3 on one machine gathers the parameters: the %d ranks could not share one copy "
+               "(%s)\n", in->size, why);
 }
 
 /* stages 2-3: zeros; outside the shard released, holding no memory until backward writes it */

@@ -27,6 +27,7 @@ struct tn_zero {
     tn_comm *c;
     tn_model *m;
     int stage, full, track;
+    int shared;          /* stage 3, one machine: the slab is one copy mapped by every rank (tn_zero_create) */
     size_t peak;         /* tn_zero_track_peak */
     const tn_shard_layout *layout;
     tn_span *own;        /* this rank's shard of the trainable slab: its chunk of every unit */
@@ -114,7 +115,7 @@ static void sample_peak(tn_zero *z) {
 
 static void on_params(void *ctx, int g, int need, int next) {
     tn_zero *z = ctx;
-    if (z->full) return;
+    if (z->full || z->shared) return;
     if (z->track) sample_peak(z);
     if (!need) {
         if (z->stage == 3) release_group(z, g);
@@ -193,9 +194,35 @@ static void make_pieces(tn_zero *z) {
     }
 }
 
-tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage, const tn_shard_layout *layout) {
+/* Stage 3 with every rank on one machine: the ranks map one copy of the slab (comm.h's tn_comm_share_machine), each
+ * updating its own chunks in place. That is the machine's memory of the sharded parameters (N chunks of P/N, once),
+ * with nothing to gather: every gather inside a machine copies a chunk that already sits in the machine's memory,
+ * and on a CPU its copy and the refaults of the released pages take the cores that compute (docs/performance.md,
+ * "ZeRO-3 on one machine: one shared copy"). The ranks' reads and writes need no more ordering than the step
+ * has: every rank's backward is over before the loss's all-reduce and clip's norm exchange, which precede any
+ * update, and tn_zero_after_update waits for every update before the next pass reads. Across machines each
+ * machine's chunks would still need the others' (not built). Collective; the reason it did not share in why. */
+static void share_machine(tn_zero *z, char *why, size_t cap) {
+    const tn_comm_info *in = tn_comm_get_info(z->c);
+    snprintf(why, cap, "not asked");
+    if (z->stage != 3 || in->n_nodes != 1 || in->size < 2) return;
+    const tn_backend *be = z->m->be;
+    size_t bytes = be->own_mapping ? be->own_mapping(z->m->slab) : 0; /* 0: refused on every rank alike */
+    int rc = tn_comm_share_machine(z->c, z->m->slab, bytes, why, cap);
+    if (rc < 0) {
+        z->failed = 1;
+        snprintf(z->why, sizeof z->why, "%s", tn_errmsg());
+    }
+    z->shared = rc == 1;
+    if (z->shared) z->m->slab_sharers = in->local_size;
+}
+
+tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage, const tn_shard_layout *layout, int share, char *why,
+                        size_t cap) {
     tn_zero *z = tn_xcalloc(1, sizeof *z);
     z->c = c, z->m = m, z->stage = stage, z->layout = layout;
+    if (share) share_machine(z, why, cap);
+    else snprintf(why, cap, "zero_shared_params: false");
     int own = tn_comm_shard_index(c, tn_comm_get_info(c)->rank);
     z->n_own = tn_shard_layout_spans(layout, own, NULL);
     z->own = tn_xmalloc(((size_t)z->n_own + 1) * sizeof *z->own);
@@ -204,7 +231,7 @@ tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage, const tn_shard_layou
     z->here = tn_xcalloc((size_t)m->L + 2, 1);
     for (int g = -1; g <= m->L; g++) {
         z->here[g + 1] = 1;
-        if (stage == 3) release_group(z, g);
+        if (stage == 3 && !z->shared) release_group(z, g);
     }
     m->param_hook = on_params;
     m->param_hook_ctx = z;
@@ -221,8 +248,12 @@ void tn_zero_free(tn_zero *z) {
 
 int tn_zero_stage(const tn_zero *z) { return z->stage; }
 
+int tn_zero_shared(const tn_zero *z) { return z->shared; }
+
 int tn_zero_after_update(tn_zero *z) {
-    if (z->stage == 3) return 0; /* the next pass gathers what it needs */
+    if (z->shared && tn_comm_barrier(z->c) != 0) /* every rank's chunks updated before anyone reads them */
+        return tn_err("waiting for the machine's parameter updates failed: %s", tn_errmsg());
+    if (z->stage == 3) return tn_zero_status(z); /* the next pass gathers what it needs */
     collect_sends(z); /* nothing left after tn_zero_clip; start_piece must never overwrite an op in flight */
     for (int g = -1; g <= z->m->L; g++) z->here[g + 1] = z->first[g + 1] == z->first[g + 2];
     /* by offset into their shards: every owner sends at once, each shard's pieces in forward order */
@@ -231,6 +262,7 @@ int tn_zero_after_update(tn_zero *z) {
 }
 
 int tn_zero_full(tn_zero *z) {
+    if (z->shared) return tn_zero_status(z); /* every parameter is there */
     for (int g = -1; g <= z->m->L; g++) gather(z, g);
     for (int g = -1; g <= z->m->L; g++) wait_group(z, g, 0);
     z->full = 1;
@@ -239,7 +271,7 @@ int tn_zero_full(tn_zero *z) {
 
 void tn_zero_end_full(tn_zero *z) {
     z->full = 0;
-    if (z->stage == 3)
+    if (z->stage == 3 && !z->shared)
         for (int g = -1; g <= z->m->L; g++) release_group(z, g);
 }
 
@@ -264,7 +296,7 @@ int tn_zero_clip(tn_zero *z, double max_norm, double *norm) {
 
 void tn_zero_resident_bytes(const tn_zero *z, tn_zero_resident *r) {
     const tn_backend *be = z->m->be;
-    r->params = be->resident(z->m->slab, z->m->n_trainable);
+    r->params = tn_model_param_resident(z->m);
     r->grads = be->resident(z->m->grad, z->m->n_trainable);
 }
 

@@ -14,7 +14,9 @@
  *   stage 3  + the parameters outside the shard too: a group is all-gathered just before the pass uses it
  *            (forward, and again backward), the next group's gather started at once (prefetch), and its
  *            memory released after use. The embedding of a tied model stays from the first use to the
- *            lm_head.
+ *            lm_head. With every rank on one machine the ranks instead map one shared copy of the
+ *            parameters (zero_shared_params, host memory): each updates its chunks in place, nothing is
+ *            gathered or released, and each rank counts 1/N of the copy as its own.
  * Only trainable tensors are sharded: under LoRA the frozen base stays replicated (a rank needs every base
  * weight in every forward and backward; sharding it would send the whole base twice per step to save
  * memory that LoRA already saves). The byte counts behind that choice are in docs/performance.md. */
@@ -37,7 +39,11 @@ typedef struct {
 /* stage 1..3 over comm's ranks and layout's shards (kept, not copied); installs the model's param_hook. At
  * stage 3 the parameters outside the shard are released at once (every rank must hold the whole model on
  * entry, e.g. after a broadcast). */
-tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage, const tn_shard_layout *layout);
+tn_zero *tn_zero_create(tn_comm *c, tn_model *m, int stage, const tn_shard_layout *layout, int share, char *why,
+                        size_t cap);
+/* share: at stage 3 with every rank on one machine, the ranks map one copy of the parameters instead of gathering
+ * them (zero.c: share_machine); collective. tn_zero_shared says whether they did, why (cap bytes) why not. */
+int tn_zero_shared(const tn_zero *z);
 void tn_zero_free(tn_zero *z);
 int tn_zero_stage(const tn_zero *z);
 /* After the optimizer updated the shard: stages 1-2 start the all-gathers of the updated parameters. 0, or -1

@@ -110,14 +110,20 @@ fp32 = ["ddp", "zero1", "zero2", "zero3", "diloco"]  # (the codec rows add an en
 assert len(rec) == 10 and all(abs(rec[s] - given[s]) < 1e-9 for s in fp32), (rec, given)
 assert rec["ddp"] > none["ddp"] + 1e-3, (rec, none)
 PY'
-# the cost of writing released pages again (measured at start-up unless given) is ZeRO-3's alone, and said
-"$BIN" plan "$TINY" --machines 1 --ranks-per-machine 2 --step-time 0.612 --refault-ns 0 --copy-ns 0.2 --json >"$T/rf0" 2>&1
-"$BIN" plan "$TINY" --machines 1 --ranks-per-machine 2 --step-time 0.612 --refault-ns 20 --copy-ns 0.2 --json >"$T/rf20" 2>&1
-check 'python3 - "$T/rf0" "$T/rf20" <<"PY"
+# the cost of writing released pages again (measured at start-up unless given) is ZeRO-3's alone, and said; on one
+# machine ZeRO-3's ranks map one shared copy of the parameters (zero_shared_params, the default): nothing released
+for k in true false; do
+  for ns in 0 20; do
+    "$BIN" plan "$TINY" --machines 1 --ranks-per-machine 2 --step-time 0.612 --refault-ns $ns --copy-ns 0.2 --json \
+      zero_shared_params=$k >"$T/rf$ns-$k" 2>&1
+  done
+done
+check 'python3 - "$T/rf0-false" "$T/rf20-false" "$T/rf0-true" "$T/rf20-true" <<"PY"
 import json, sys
-a, b = ({r["strategy"]: r["step_s"] for r in map(json.loads, open(f)) if "strategy" in r} for f in sys.argv[1:])
+a, b, sa, sb = ({r["strategy"]: r["step_s"] for r in map(json.loads, open(f)) if "strategy" in r} for f in sys.argv[1:])
 assert all(a[s] == b[s] for s in ("ddp", "zero1", "zero2", "diloco")), (a, b)
 assert b["zero3"] > a["zero3"] + 1e-3, (a, b)
+assert all(sa[s] == sb[s] for s in sa) and sa["zero3"] < a["zero3"], (sa, sb, a)
 PY'
 "$BIN" plan "$TINY" --machines 1 --ranks-per-machine 2 --step-time 0.612 --refault-ns 20 >"$T/rf20.txt" 2>&1
 check 'grep -q "20 ns a byte to write a released page again" "$T/rf20.txt"'

@@ -5,6 +5,8 @@
 #     contiguous, gives the parameters of one rank's 1x12 run: relative L2 <= 1e-6 per tensor (the bound and why:
 #     tests/cli/test_dp_split.sh); LoRA balanced at stage 3 on 3 ranks too (lora_B within AdamW's step bound).
 #     Memory at 3 ranks, stage 3, by page residency: within the ZeRO formulas rounded up per unit as FSDP pads.
+#     Stage 3 on one machine maps one shared copy of the parameters (zero_shared_params, the default): the same
+#     parameters to the bit as gathering them (zero_shared_params: false), which stays covered here.
 #  2. Re-sharding: a checkpoint written by 3 balanced ranks (one optimizer file per rank, each a list of chunks)
 #     resumes bit-identically on 3 balanced ranks, and within 1e-6 on 2 contiguous ranks (stage 1), 2 balanced
 #     ranks (stage 3) and 1 rank (stage 0); checkpoints written by 2 contiguous ranks and by 1 rank resume on
@@ -59,6 +61,16 @@ mem_ok() { # LOG UNITS
 }
 U=$(sed -n 's/.*balanced.*: \([0-9][0-9]*\) unit(s), each split.*/\1/p' "$T/balanced-3-s3.log")
 check 'mem_ok "$T/balanced-3-s3.log" "${U:-0}"'
+# stage 3 on one machine maps one shared copy of the parameters (zero.c), counted a third to each rank above; the
+# gathers it replaces stay what runs across machines (test_zero_netns): here too with zero_shared_params false
+check 'grep -q "the 3 ranks map one shared copy of the parameters" "$T/balanced-3-s3.log"'
+check 'grep -q "the 3 ranks map one shared copy of the parameters" "$T/contiguous-3-s3.log"'
+run gathered-3-s3 3 zero_stage=3 zero_shared_params=false
+d=$(worst "$T/gathered-3-s3" "$T/ref")
+echo "balanced, 3 ranks, stage 3, parameters gathered (zero_shared_params: false) vs 1 rank: worst rel L2 $d"
+check 'within $d 1e-6 && ! grep -q "shared copy" "$T/gathered-3-s3.log"'
+check 'mem_ok "$T/gathered-3-s3.log" "${U:-0}"'
+check '"$BIN" compare "$T/gathered-3-s3" "$T/balanced-3-s3" --quiet --max-rel-l2 0 >/dev/null' # the same sums
 check '! mem_ok "$T/contiguous-3-s1.log" "${U:-0}"' # a full parameter replica is outside: the check can fail
 run lref 1 zero_stage=0 finetuning_type=lora lora_rank=4
 run l3 3 zero_stage=3 finetuning_type=lora lora_rank=4

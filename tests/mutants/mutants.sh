@@ -276,6 +276,9 @@ mutant dashboard-cpu-in-clock-ticks serve/dashboard.c \
 # ZeRO 2-3 zero the gradient shard in place before backward (zero.c): skipped, it accumulates over the steps
 mutant zero-grad-shard-not-zeroed trainer/zero.c \
   'be->zero(g + z->own[i].lo, z->own[i].n);' '(void)0;' test_zero.sh
+# ZeRO-3 on one machine maps one copy (comm_share.c): private copies of it never see the other ranks' updates
+mutant zero3-machine-copy-private comm/comm_share.c \
+  'PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0' 'PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0' test_zero_layout.sh
 # the plan's cost model (tests/unit/test_unit_plan.c)
 mutant plan-allreduce-bytes-halved trainer/plan.c \
   'r->link_bytes = M > 1 ? 2 * (M - 1) / M * G : 0;' 'r->link_bytes = M > 1 ? (M - 1) / M * G : 0;' test_unit_plan
@@ -297,19 +300,29 @@ mutant plan-refaults-not-shared-on-a-core trainer/plan.c \
   'job->refault_s_per_byte * refault_bytes(job, c, stage) * sharing(c)' 'job->refault_s_per_byte * refault_bytes(job, c, stage)' \
   test_unit_plan
 mutant plan-refaults-charged-to-stage-2 trainer/plan.c \
-  'if (stage < 3) return 0;' 'if (stage < 2) return 0;' test_unit_plan
+  'if (stage < 3 || shared_params(j, c, stage)) return 0;' 'if (stage < 2 || shared_params(j, c, stage)) return 0;' \
+  test_unit_plan
 mutant plan-zero-link-cpu-taken-whole trainer/plan.c \
   'double next = r->comm_s > 0 ? cpu * fmin(1, under / r->comm_s) : cpu;' 'double next = cpu + 0 * under;' test_unit_plan
 mutant plan-zero-first-gather-under-compute trainer/plan.c \
-  'double gathers = fmin(fwd, unit) * (1 - 1 / fmax(nb, 1));' 'double gathers = fmin(fwd, unit);' test_unit_plan
+  'double gathers = fmin(fwd, gather) * (1 - 1 / fmax(nb, 1));' 'double gathers = fmin(fwd, gather);' test_unit_plan
 mutant plan-zero-reduce-scatters-after-backward-charged trainer/plan.c \
   'if (stage < 3) return gathers + before;' 'if (stage < 3) return gathers + unit;' test_unit_plan
 mutant plan-local-sum-cpu-free trainer/plan.c \
-  'return local_passes(j, s) * 1.5 * 4' 'return 0 * local_passes(j, s) * 1.5 * 4' test_unit_plan
+  'return local_passes(j, c, s) * 1.5 * 4' 'return 0 * local_passes(j, c, s) * 1.5 * 4' test_unit_plan
 mutant plan-local-sum-cpu-not-shared-on-a-core trainer/plan.c \
   '1.5 * 4 * j->trainable * j->copy_s_per_byte * sharing(c);' '1.5 * 4 * j->trainable * j->copy_s_per_byte;' test_unit_plan
 mutant plan-local-sum-zero3-second-gather-free trainer/plan.c \
-  'return s == TN_PLAN_ZERO3 ? 2 + regathered_share(j) : 2;' 'return (void)j, (void)s, 2;' test_unit_plan
+  'return shared_params(j, c, 3) ? 1 : 2 + regathered_share(j);' 'return shared_params(j, c, 3) ? 1 : 2 + 0 * regathered_share(j);' \
+  test_unit_plan
+mutant plan-shared-params-still-refault trainer/plan.c \
+  'if (stage < 3 || shared_params(j, c, stage)) return 0;' 'if (stage < 3) return 0;' test_unit_plan
+mutant plan-shared-params-still-gather trainer/plan.c \
+  'double gather = shared ? 0 : unit;' 'double gather = unit;' test_unit_plan
+mutant plan-shared-params-across-machines trainer/plan.c \
+  'j->zero_shared && c->machines == 1 && c->ranks_per_machine > 1' 'j->zero_shared && c->ranks_per_machine > 1' test_unit_plan
+mutant plan-shared-params-sum-passes-as-gathered trainer/plan.c \
+  'return shared_params(j, c, 3) ? 1 : 2' 'return shared_params(j, c, 3) ? 2 : 2' test_unit_plan
 mutant plan-zero3-regathers-the-head trainer/plan.c \
   'skipped = j->group_floats[j->n_groups - 1];' 'skipped = 0 * j->group_floats[j->n_groups - 1];' test_unit_plan
 mutant plan-zero3-regathers-the-embedding trainer/plan.c \

@@ -317,6 +317,36 @@ static void test_regathered_share(void) {
     CHECK_NEAR(r[TN_PLAN_ZERO3].link_bytes, 6e6, 1e-6);
 }
 
+/* ZeRO-3 with the parameters shared on one machine (zero_shared, zero.c): nothing is gathered, so nothing is
+ * refaulted, and the in-machine work is the gradients' reduce-scatter alone. One machine of 4 ranks, 1 ns a byte
+ * of copies and of refaults: one pass of 1.5 G = 6 ms of copies, under backward but the last of 8 buckets
+ * (x = 6 ms x 7/8), and the last bucket's 0.6 ms / 8 after it: 1 + x + 0.075 ms, below ZeRO-2's two passes (12 ms
+ * x 7/8 + 2 x 0.075 ms). Contiguous shards take the copies whole and add the last shard's reduce-scatter (0.6 ms).
+ * Across machines, and with zero_shared off, the rows are those of gathered parameters. */
+static void test_shared_params(void) {
+    tn_plan_job j = job_1m();
+    j.copy_s_per_byte = 1e-9, j.refault_s_per_byte = 1e-9, j.zero_shared = 1;
+    tn_plan_cluster c = cluster(1, 4, 1e6);
+    tn_plan_row r[TN_PLAN_N], gathered[TN_PLAN_N];
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].step_s, 1 + 6e-3 * 7 / 8 + 0.6e-3 / 8, 1e-12);
+    CHECK_NEAR(r[TN_PLAN_ZERO2].step_s, 1 + 12e-3 * 7 / 8 + 2 * 0.6e-3 / 8, 1e-12);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].memory_bytes, 16e6 / 4, 1e-6);
+    j.zero_contiguous = 1;
+    tn_plan_predict(&j, &c, r);
+    CHECK_NEAR(r[TN_PLAN_ZERO3].step_s, 1 + 6e-3 + 0.6e-3, 1e-12);
+    j.zero_contiguous = 0;
+    tn_plan_predict(&j, &c, r);
+    j.zero_shared = 0;
+    tn_plan_predict(&j, &c, gathered);
+    CHECK(gathered[TN_PLAN_ZERO3].step_s > r[TN_PLAN_ZERO3].step_s + 6e-3); /* its refaults alone: 2 x 3 MB */
+    c = cluster(2, 2, 1e6);
+    tn_plan_predict(&j, &c, gathered);
+    j.zero_shared = 1;
+    tn_plan_predict(&j, &c, r);
+    for (int s = 0; s < TN_PLAN_N; s++) CHECK(r[s].step_s == gathered[s].step_s);
+}
+
 /* Two ranks a core (four machines' namespaces on two cores): compute_s was measured so shared, and the CPU each
  * rank spends beyond it lands on both. DiLoCo: 25 ns x 4 MB / 8 a step = 12.5 ms per rank, 25 ms on the core, and
  * its round end's 6 passes twice; int8's codec twice (10 ns to encode and 1 ns to decode each of 2 encodings). */
@@ -453,6 +483,7 @@ int main(void) {
     test_ranks_per_core();
     test_refault_cost();
     test_regathered_share();
+    test_shared_params();
     test_bucket_readiness();
     test_groups_from_model();
     test_parse_link();

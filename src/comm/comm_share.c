@@ -1,0 +1,143 @@
+/* comm_share.c -- one copy of a buffer for all the ranks of a machine (comm.h: tn_comm_share_machine). ZeRO-3 on one
+ * machine keeps its parameters so (zero.c): every rank reads the same pages and writes only its own chunks, so
+ * there is nothing to gather.
+ *
+ * Local rank 0 writes the range into an anonymous memory file (memfd_create); the other local ranks open it
+ * through /proc/<its pid>/fd/<fd> (the same user's process: what Open MPI's single-copy transport already needs)
+ * and check its size. Only when every rank of the world has its file ready does each one map it over its own range:
+ * first at a fresh address, then moved onto the range with mremap(MREMAP_FIXED), which replaces the old pages in
+ * one step, so a failure leaves the range as it was and pointers into it (the model's weight tensors) stay valid.
+ * The file lives as long as a mapping does: nothing to clean up, even after a crash.
+ * Memory placement, not a transport: nothing is sent; the caller orders the writes (each rank's own chunks) and
+ * the reads with its collectives. A machine whose kernel or sandbox refuses any step keeps private copies: the
+ * call returns 0 (not shared) on every rank, with the reason in *why. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm/comm_impl.h"
+#include "core/core.h"
+
+typedef struct {
+    int32_t ok, node, local_rank, pid, fd;
+} share_id;
+
+/* Local rank 0: the file with the range's bytes, or -1 (reason in why). */
+static int fill_file(const void *addr, size_t bytes, char *why, size_t cap) {
+    int fd = memfd_create("tandem-shared", MFD_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, cap, "memfd_create: %s", strerror(errno));
+        return -1;
+    }
+    const char *p = addr;
+    size_t done = 0;
+    while (done < bytes) {
+        ssize_t w = pwrite(fd, p + done, bytes - done, (off_t)done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            snprintf(why, cap, "writing the shared file: %s", w < 0 ? strerror(errno) : "no progress");
+            close(fd);
+            return -1;
+        }
+        done += (size_t)w;
+    }
+    return fd;
+}
+
+/* Another local rank: local rank 0's file, opened and of the right size, or -1 (reason in why). */
+static int open_peer_file(const share_id *root, size_t bytes, char *why, size_t cap) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)root->pid, (int)root->fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, cap, "opening %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size != bytes) {
+        snprintf(why, cap, "%s is not the %zu-byte shared file", path, bytes);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* The file over [addr, addr + bytes): 0, or -1 with the range untouched (reason in why). */
+static int map_over(int fd, void *addr, size_t bytes, char *why, size_t cap) {
+    void *fresh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fresh == MAP_FAILED) {
+        snprintf(why, cap, "mapping the shared file: %s", strerror(errno));
+        return -1;
+    }
+    if (mremap(fresh, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, addr) == MAP_FAILED) {
+        snprintf(why, cap, "moving the shared file onto the buffer: %s", strerror(errno));
+        munmap(fresh, bytes);
+        return -1;
+    }
+    return 0;
+}
+
+/* Back to private pages with the same contents (another rank could not map the file). 0, or -1. */
+static int make_private(void *addr, size_t bytes) {
+    void *fresh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (fresh == MAP_FAILED) return -1;
+    memcpy(fresh, addr, bytes);
+    if (mremap(fresh, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, addr) != MAP_FAILED) return 0;
+    munmap(fresh, bytes);
+    return -1;
+}
+
+/* Every rank's verdict: 1 when all are ok. The first failure's rank goes into why (its own reason, or a pointer). */
+static int all_ok(tn_comm *c, share_id *me, share_id *all, char *why, size_t cap) {
+    if (tn_comm_allgather(c, me, sizeof *me, all) != 0) {
+        snprintf(why, cap, "%s", tn_errmsg());
+        return -1;
+    }
+    for (int r = 0; r < c->info.size; r++)
+        if (!all[r].ok) {
+            if (r != c->info.rank) snprintf(why, cap, "rank %d could not share it", r);
+            return 0;
+        }
+    return 1;
+}
+
+int tn_comm_share_machine(tn_comm *c, void *addr, size_t bytes, char *why, size_t cap) {
+    long page = sysconf(_SC_PAGESIZE);
+    why[0] = 0;
+    share_id me = {1, c->info.node, c->info.local_rank, (int32_t)getpid(), -1};
+    if (c->info.local_size < 2)
+        me.ok = 0, snprintf(why, cap, "alone on the machine");
+    else if (page <= 0 || (uintptr_t)addr % (uintptr_t)page || bytes % (size_t)page || !bytes)
+        me.ok = 0, snprintf(why, cap, "the buffer is not whole pages");
+    else if (c->info.local_rank == 0)
+        me.fd = fill_file(addr, bytes, why, cap), me.ok = me.fd >= 0;
+    share_id *all = tn_xcalloc((size_t)c->info.size, sizeof *all);
+    int rc = all_ok(c, &me, all, why, cap); /* local rank 0's file is ready everywhere */
+    const share_id *root = NULL;
+    for (int r = 0; r < c->info.size; r++)
+        if (all[r].node == me.node && all[r].local_rank == 0) root = &all[r];
+    int fd = me.fd;
+    if (rc == 1) { /* every rank takes part in each verdict */
+        if (c->info.local_rank != 0) {
+            fd = root ? open_peer_file(root, bytes, why, cap) : -1;
+            me.ok = fd >= 0;
+            if (!root) snprintf(why, cap, "no local rank 0 on this machine");
+        }
+        rc = all_ok(c, &me, all, why, cap);
+    }
+    if (rc == 1) {
+        me.ok = map_over(fd, addr, bytes, why, cap) == 0;
+        rc = all_ok(c, &me, all, why, cap); /* local rank 0 closes its file only once everyone has mapped it */
+        if (rc != 1 && me.ok && make_private(addr, bytes) != 0)
+            tn_die("comm: a machine's shared buffer is half set up (%s) and cannot be made private again", why);
+    }
+    if (fd >= 0) close(fd);
+    free(all);
+    return rc < 0 ? tn_err("comm: sharing a buffer inside the machine: %s", why) : rc;
+}
