@@ -106,7 +106,11 @@ def main():
     phases = a.phases.split(",")
     out = open(a.json, "a") if a.json else None
     cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    print(f"bench_zero: {cpu}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
+    try:  # stage 3's shared copy gets 2 MB pages only where this allows them (comm_share.c)
+        shmem = open("/sys/kernel/mm/transparent_hugepage/shmem_enabled").read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        shmem = "unknown"
+    print(f"bench_zero: {cpu}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, shmem THP {shmem}")
     if "local" in phases:
         rows = {}
         for r in range(a.rounds):

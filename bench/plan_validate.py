@@ -30,6 +30,8 @@ ZERO_LOCAL = "ZeRO: step time by stage, 1 machine, 2 ranks on 2 cores (2026-11-2
 BOTH_WAYS = 11.44e6  # one TCP stream each way at once over the shaped veth (bench_dp.py's iperf3)
 ONE_WAY = 11.95e6
 CONTIGUOUS = ["zero_shard_layout=contiguous"]  # the ZeRO rows of 2026-11-25 ran before balanced shards existed
+# every run recorded here measured stage 3 on one machine gathering its parameters (before 2026-12-07's shared copy)
+GATHERED = ["zero_shared_params=false"]
 ROWS = [
     ("tiny", "ddp", 2, 1, [], 0.612, BOTH_WAYS, 2.143, LOWCOMM),
     ("tiny", "ddp+bf16", 2, 1, [], 0.612, BOTH_WAYS, 1.243, LOWCOMM),
@@ -47,7 +49,7 @@ ROWS = [
     ("small", "ddp", 1, 2, [], 5.434, ONE_WAY, 5.600, ZERO_LOCAL),
     ("small", "zero1", 1, 2, CONTIGUOUS, 5.434, ONE_WAY, 5.589, ZERO_LOCAL),
     ("small", "zero2", 1, 2, CONTIGUOUS, 5.434, ONE_WAY, 5.654, ZERO_LOCAL),
-    ("small", "zero3", 1, 2, CONTIGUOUS, 5.434, ONE_WAY, 5.703, ZERO_LOCAL),
+    ("small", "zero3", 1, 2, CONTIGUOUS + GATHERED, 5.434, ONE_WAY, 5.703, ZERO_LOCAL),
 ]
 
 # --fresh of 2026-11-28 05:56-06:17, 2-core Intel Xeon, quiet: (setup, preset, machines, ranks, T1, link, link CPU
@@ -136,7 +138,7 @@ def recorded_rows(day):
     out = []
     for setup, preset, m, r, t1, link, cpu, per_core, measured, *stretch in RECORDED[day]:
         # a run recorded with the link's stretch (plan_fresh.py derives it since 2026-11-28 18:00) has it last
-        extra = (["--link-cpu", f"{cpu:.2f}"] if cpu > 0 else []) + (["--ranks-per-core", str(per_core)] if per_core > 1 else [])
+        extra = GATHERED + (["--link-cpu", f"{cpu:.2f}"] if cpu > 0 else []) + (["--ranks-per-core", str(per_core)] if per_core > 1 else [])
         extra += ["--link-stretch", f"{stretch[0]:.2f}"] if stretch and stretch[0] > 0 else []
         where = (f"recorded {day} ({setup}, link CPU {cpu:.1f} ns/B{f', link stretch {stretch[0]:.1f} ns/B' if stretch else ''}"
                  f"{f', {per_core} ranks a core' if per_core > 1 else ''})")

@@ -2,15 +2,16 @@
  * machine keeps its parameters so (zero.c): every rank reads the same pages and writes only its own chunks, so
  * there is nothing to gather.
  *
- * Local rank 0 writes the range into an anonymous memory file (memfd_create); the other local ranks open it
- * through /proc/<its pid>/fd/<fd> (the same user's process: what Open MPI's single-copy transport already needs)
- * and check its size. Only when every rank of the world has its file ready does each one map it over its own range:
- * first at a fresh address, then moved onto the range with mremap(MREMAP_FIXED), which replaces the old pages in
- * one step, so a failure leaves the range as it was and pointers into it (the model's weight tensors) stay valid.
+ * Local rank 0 copies the range into an anonymous memory file (memfd_create) through a mapping at a fresh address;
+ * the other local ranks open it through /proc/<its pid>/fd/<fd> (the same user's process: what Open MPI's
+ * single-copy transport already needs), check its size and map it too. Only when every rank of the world has its
+ * mapping ready does each move it over its own range with mremap(MREMAP_FIXED), which replaces the old pages in one
+ * step, so a failure leaves the range as it was and pointers into it (the model's weight tensors) stay valid.
  * The file lives as long as a mapping does: nothing to clean up, even after a crash.
  * Memory placement, not a transport: nothing is sent; the caller orders the writes (each rank's own chunks) and
  * the reads with its collectives. A machine whose kernel or sandbox refuses any step keeps private copies: the
- * call returns 0 (not shared) on every rank, with the reason in *why. */
+ * call returns 0 (not shared) on every rank, with the reason in *why; shared, *why says how to get 2 MB pages where
+ * the kernel gives shared memory 4 KB ones (empty otherwise). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -28,30 +29,44 @@ typedef struct {
     int32_t ok, node, local_rank, pid, fd;
 } share_id;
 
-/* Local rank 0: the file with the range's bytes, or -1 (reason in why). */
-static int fill_file(const void *addr, size_t bytes, char *why, size_t cap) {
+/* The file at a fresh address (NULL: reason in why). Marked for transparent huge pages: where the kernel allows
+ * them for shared memory (shmem_enabled "advise" or more; Debian's default is "never"), the pages faulted in
+ * through this mapping are 2 MB, as the CPU backend's private slab is (a 4 KB page table costs the weights' GEMMs
+ * page walks: docs/performance.md, "ZeRO-3 on one machine: one shared copy"). */
+static void *map_file(int fd, size_t bytes, char *why, size_t cap) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        snprintf(why, cap, "mapping the shared file: %s", strerror(errno));
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE); /* a hint: EINVAL where THP is off */
+#endif
+    return p;
+}
+
+/* Local rank 0: the file, mapped at *at and holding the range's bytes, or -1 (reason in why). */
+static int fill_file(const void *addr, size_t bytes, void **at, char *why, size_t cap) {
     int fd = memfd_create("tandem-shared", MFD_CLOEXEC);
     if (fd < 0) {
         snprintf(why, cap, "memfd_create: %s", strerror(errno));
         return -1;
     }
-    const char *p = addr;
-    size_t done = 0;
-    while (done < bytes) {
-        ssize_t w = pwrite(fd, p + done, bytes - done, (off_t)done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            snprintf(why, cap, "writing the shared file: %s", w < 0 ? strerror(errno) : "no progress");
-            close(fd);
-            return -1;
-        }
-        done += (size_t)w;
+    if (ftruncate(fd, (off_t)bytes) != 0) {
+        snprintf(why, cap, "sizing the shared file: %s", strerror(errno));
+        close(fd);
+        return -1;
     }
+    if (!(*at = map_file(fd, bytes, why, cap))) {
+        close(fd);
+        return -1;
+    }
+    memcpy(*at, addr, bytes); /* faults the pages in through the hinted mapping */
     return fd;
 }
 
-/* Another local rank: local rank 0's file, opened and of the right size, or -1 (reason in why). */
-static int open_peer_file(const share_id *root, size_t bytes, char *why, size_t cap) {
+/* Another local rank: local rank 0's file, of the right size, mapped at *at, or -1 (reason in why). */
+static int open_peer_file(const share_id *root, size_t bytes, void **at, char *why, size_t cap) {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)root->pid, (int)root->fd);
     int fd = open(path, O_RDWR | O_CLOEXEC);
@@ -65,22 +80,35 @@ static int open_peer_file(const share_id *root, size_t bytes, char *why, size_t 
         close(fd);
         return -1;
     }
+    if (!(*at = map_file(fd, bytes, why, cap))) {
+        close(fd);
+        return -1;
+    }
     return fd;
 }
 
-/* The file over [addr, addr + bytes): 0, or -1 with the range untouched (reason in why). */
-static int map_over(int fd, void *addr, size_t bytes, char *why, size_t cap) {
-    void *fresh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (fresh == MAP_FAILED) {
-        snprintf(why, cap, "mapping the shared file: %s", strerror(errno));
-        return -1;
+/* The file's mapping at `from` moved over [addr, addr + bytes): 0, or -1 with the range untouched and `from`
+ * unmapped (reason in why). */
+static int move_over(void *from, void *addr, size_t bytes, char *why, size_t cap) {
+    if (mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, addr) != MAP_FAILED) return 0;
+    snprintf(why, cap, "moving the shared file onto the buffer: %s", strerror(errno));
+    munmap(from, bytes);
+    return -1;
+}
+
+/* Shared (anonymous) memory gets transparent huge pages only where shmem_enabled allows them: say how to allow
+ * them when it does not (an empty line otherwise). */
+static void page_note(char *why, size_t cap) {
+    const char *knob = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+    char mode[128] = "";
+    FILE *f = fopen(knob, "r");
+    if (f) {
+        if (!fgets(mode, sizeof mode, f)) mode[0] = 0;
+        fclose(f);
     }
-    if (mremap(fresh, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, addr) == MAP_FAILED) {
-        snprintf(why, cap, "moving the shared file onto the buffer: %s", strerror(errno));
-        munmap(fresh, bytes);
-        return -1;
-    }
-    return 0;
+    why[0] = 0;
+    if (strstr(mode, "[never]") || strstr(mode, "[deny]"))
+        snprintf(why, cap, "on 4 KB pages: %s is never; `echo advise > %s` (root) gives them 2 MB pages", knob, knob);
 }
 
 /* Back to private pages with the same contents (another rank could not map the file). 0, or -1. */
@@ -111,12 +139,13 @@ int tn_comm_share_machine(tn_comm *c, void *addr, size_t bytes, char *why, size_
     long page = sysconf(_SC_PAGESIZE);
     why[0] = 0;
     share_id me = {1, c->info.node, c->info.local_rank, (int32_t)getpid(), -1};
+    void *at = NULL; /* this rank's mapping of the file until it is moved over the range */
     if (c->info.local_size < 2)
         me.ok = 0, snprintf(why, cap, "alone on the machine");
     else if (page <= 0 || (uintptr_t)addr % (uintptr_t)page || bytes % (size_t)page || !bytes)
         me.ok = 0, snprintf(why, cap, "the buffer is not whole pages");
     else if (c->info.local_rank == 0)
-        me.fd = fill_file(addr, bytes, why, cap), me.ok = me.fd >= 0;
+        me.fd = fill_file(addr, bytes, &at, why, cap), me.ok = me.fd >= 0;
     share_id *all = tn_xcalloc((size_t)c->info.size, sizeof *all);
     int rc = all_ok(c, &me, all, why, cap); /* local rank 0's file is ready everywhere */
     const share_id *root = NULL;
@@ -125,18 +154,21 @@ int tn_comm_share_machine(tn_comm *c, void *addr, size_t bytes, char *why, size_
     int fd = me.fd;
     if (rc == 1) { /* every rank takes part in each verdict */
         if (c->info.local_rank != 0) {
-            fd = root ? open_peer_file(root, bytes, why, cap) : -1;
+            fd = root ? open_peer_file(root, bytes, &at, why, cap) : -1;
             me.ok = fd >= 0;
             if (!root) snprintf(why, cap, "no local rank 0 on this machine");
         }
         rc = all_ok(c, &me, all, why, cap);
     }
     if (rc == 1) {
-        me.ok = map_over(fd, addr, bytes, why, cap) == 0;
+        me.ok = move_over(at, addr, bytes, why, cap) == 0;
+        at = NULL;
         rc = all_ok(c, &me, all, why, cap); /* local rank 0 closes its file only once everyone has mapped it */
         if (rc != 1 && me.ok && make_private(addr, bytes) != 0)
             tn_die("comm: a machine's shared buffer is half set up (%s) and cannot be made private again", why);
     }
+    if (rc == 1) page_note(why, cap);
+    if (at) munmap(at, bytes);
     if (fd >= 0) close(fd);
     free(all);
     return rc < 0 ? tn_err("comm: sharing a buffer inside the machine: %s", why) : rc;

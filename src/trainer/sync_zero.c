@@ -74,7 +74,7 @@ static void start(tn_strategy *s) {
     if (s->a.stage != 3 || in->rank != 0 || in->n_nodes != 1 || !share) return;
     if (tn_zero_shared(z->zero))
         printf("tandem: ZeRO-3 on one machine: the %d ranks map one shared copy of the parameters, nothing to "
-               "gather (zero_shared_params)\n", in->size);
+               "gather (zero_shared_params)%s%s\n", in->size, why[0] ? "; " : "", why);
     else
         printf("tandem: note: ZeRO-3 on one machine gathers the parameters: the %d ranks could not share one copy "
                "(%s)\n", in->size, why);
