@@ -164,6 +164,7 @@ static const page PAGES[] = {
      "  --bucket-mb MB       gradient all-reduce bucket size (default 4)\n"
      "  --zero N             with --dist: ZeRO stage N (0-3), the trainer's sharded step\n"
      "  --zero-layout L      ZeRO's shards: balanced (default: a chunk of every unit) or contiguous\n"
+     "  --zero-gather        stage 3 on one machine gathers its parameters (default: one shared copy)\n"
      "  --diloco H           with --dist: DiLoCo between machines, H inner steps a round (sync_mode: diloco)\n"
      "  --outer-lr X         DiLoCo's outer learning rate (default 1)\n"
      "  --outer-momentum X   DiLoCo's outer Nesterov momentum (default 0)\n"
