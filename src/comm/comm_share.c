@@ -107,8 +107,8 @@ static void page_note(char *why, size_t cap) {
         fclose(f);
     }
     why[0] = 0;
-    if (strstr(mode, "[never]") || strstr(mode, "[deny]"))
-        snprintf(why, cap, "on 4 KB pages: %s is never; `echo advise > %s` (root) gives them 2 MB pages", knob, knob);
+    const char *off = strstr(mode, "[never]") ? "never" : strstr(mode, "[deny]") ? "deny" : NULL;
+    if (off) snprintf(why, cap, "on 4 KB pages: %s is %s; `echo advise > %s` (root) gives them 2 MB pages", knob, off, knob);
 }
 
 /* Back to private pages with the same contents (another rank could not map the file). 0, or -1. */
@@ -121,7 +121,7 @@ static int make_private(void *addr, size_t bytes) {
     return -1;
 }
 
-/* Every rank's verdict: 1 when all are ok. The first failure's rank goes into why (its own reason, or a pointer). */
+/* Every rank's verdict: 1 when all are ok (0: why keeps this rank's own reason, or names the first rank that failed). */
 static int all_ok(tn_comm *c, share_id *me, share_id *all, char *why, size_t cap) {
     if (tn_comm_allgather(c, me, sizeof *me, all) != 0) {
         snprintf(why, cap, "%s", tn_errmsg());

@@ -115,8 +115,9 @@ static void sample_peak(tn_zero *z) {
 
 static void on_params(void *ctx, int g, int need, int next) {
     tn_zero *z = ctx;
-    if (z->full || z->shared) return;
+    if (z->full) return;
     if (z->track) sample_peak(z);
+    if (z->shared) return; /* every parameter is there; the peak above still sees the gradients */
     if (!need) {
         if (z->stage == 3) release_group(z, g);
         return;
