@@ -434,7 +434,9 @@ void tn_plan_job_from_config(const tn_train_config *cfg, const tn_memory_need *n
     job->tokens_per_rank = (double)cfg->per_device_train_batch_size * seq * cfg->gradient_accumulation_steps;
     job->bucket_bytes = cfg->ddp_bucket_cap_mb * 1048576.0, job->diloco_h = cfg->diloco_inner_steps;
     job->zero_contiguous = cfg->zero_contiguous;
-    job->zero_shared = cfg->zero_shared_params; /* the caller clears it for device memory */
+    job->zero_shared = cfg->zero_shared_params; /* tandem plan clears it for --compute (GPUs: device memory is not
+                                                 * shared); the in-run check (plan_check.c) cannot tell a GPU run and
+                                                 * keeps it, so one machine's stage 3 on GPUs is predicted ungathered */
     /* forward's share of the FLOPs: 2 of 6 N (full), 2 of 4 N (LoRA); a recomputed forward belongs to backward */
     job->forward_share = lora ? (ckpt ? 1.0 / 3 : 0.5) : (ckpt ? 0.25 : 1.0 / 3);
     job->backward_share = 1 - job->forward_share;
