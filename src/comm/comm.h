@@ -111,7 +111,7 @@ int tn_comm_allreduce_f32_mpi(tn_comm *c, float *buf, size_t n);
  * local rank 0's bytes, mapped at the same place in each of them (addr and bytes whole pages of one private
  * mapping the caller owns, identical on every rank of a machine). 1 shared, 0 not shared on any rank (every rank
  * keeps its own copy: alone on its machine, or a kernel or sandbox refused a step; the reason in why, cap bytes;
- * shared, why says how to get 2 MB pages when the kernel keeps shared memory on 4 KB ones, else it is empty),
+ * shared, why says how to get 2 MB pages when the copy sits on 4 KB ones, else it is empty),
  * -1 + tn_err when the collective failed. The caller orders the ranks' writes and reads. */
 int tn_comm_share_machine(tn_comm *c, void *addr, size_t bytes, char *why, size_t cap);
 

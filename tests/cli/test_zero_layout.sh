@@ -6,7 +6,8 @@
 #     tests/cli/test_dp_split.sh); LoRA balanced at stage 3 on 3 ranks too (lora_B within AdamW's step bound).
 #     Memory at 3 ranks, stage 3, by page residency: within the ZeRO formulas rounded up per unit as FSDP pads.
 #     Stage 3 on one machine maps one shared copy of the parameters (zero_shared_params, the default): the same
-#     parameters to the bit as gathering them (zero_shared_params: false), which stays covered here.
+#     parameters to the bit as gathering them (zero_shared_params: false), which stays covered here; its file on
+#     2 MB pages (a huge-page tmpfs of its own) or a line saying why not.
 #  2. Re-sharding: a checkpoint written by 3 balanced ranks (one optimizer file per rank, each a list of chunks)
 #     resumes bit-identically on 3 balanced ranks, and within 1e-6 on 2 contiguous ranks (stage 1), 2 balanced
 #     ranks (stage 3) and 1 rank (stage 0); checkpoints written by 2 contiguous ranks and by 1 rank resume on
@@ -65,6 +66,9 @@ check 'mem_ok "$T/balanced-3-s3.log" "${U:-0}"'
 # gathers it replaces stay what runs across machines (test_zero_netns): here too with zero_shared_params false
 check 'grep -q "the 3 ranks map one shared copy of the parameters" "$T/balanced-3-s3.log"'
 check 'grep -q "the 3 ranks map one shared copy of the parameters" "$T/contiguous-3-s3.log"'
+# on 2 MB pages: its file is on a huge-page tmpfs of its own (core/huge_file.h), so a line about 4 KB pages must say
+# why that was refused (or that shmem_enabled is deny, which takes huge pages from every mount)
+check '! grep -q "on 4 KB pages" "$T/balanced-3-s3.log" || grep -q "huge-page tmpfs of its own was refused\|is deny" "$T/balanced-3-s3.log"'
 run gathered-3-s3 3 zero_stage=3 zero_shared_params=false
 d=$(worst "$T/gathered-3-s3" "$T/ref")
 echo "balanced, 3 ranks, stage 3, parameters gathered (zero_shared_params: false) vs 1 rank: worst rel L2 $d"

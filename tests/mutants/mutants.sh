@@ -54,7 +54,7 @@ fi
 # the generation and dashboard tests must pass unmutated too
 for t in test_unit_kv_generate test_unit_decode_kernels test_unit_decode_attention test_unit_sampling test_unit_nlg_metrics test_unit_dashboard test_unit_plan test_unit_lora_embed \
   test_unit_sync_device test_unit_frozen_ranges test_unit_comm_shared_gpu test_unit_memory_check test_unit_ifname \
-  test_unit_nonfinite test_unit_size_limits test_unit_backend_profile test_unit_shard_layout; do
+  test_unit_nonfinite test_unit_size_limits test_unit_backend_profile test_unit_shard_layout test_unit_huge_file; do
   build_and_run $t || { tail -5 "$WORK/run.log"; echo "mutants: the unmutated source fails $t"; exit 1; }
 done
 
@@ -279,6 +279,14 @@ mutant zero-grad-shard-not-zeroed trainer/zero.c \
 # ZeRO-3 on one machine maps one copy (comm_share.c): private copies of it never see the other ranks' updates
 mutant zero3-machine-copy-private comm/comm_share.c \
   'PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0' 'PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0' test_zero_layout.sh
+# its file on a huge-page tmpfs of its own (tests/unit/test_unit_huge_file.c): 4 KB pages, a size limit rounded
+# down (SIGBUS on the last bytes), no user namespace for an unprivileged user
+mutant huge-file-small-pages core/huge_file.c '"huge", "always"' '"huge", "never"' test_unit_huge_file
+mutant huge-file-size-short core/huge_file.c '(pages ? pages : 1) * (HUGE_PAGE >> 10)' \
+  '(pages > 1 ? pages - 1 : 1) * (HUGE_PAGE >> 10)' test_unit_huge_file
+mutant zero3-machine-copy-memfd comm/comm_share.c 'int fd = tn_huge_file(bytes, huge_why, HUGE_WHY);' \
+  'int fd = (tn_huge_file(bytes, huge_why, HUGE_WHY), -1);' test_zero_layout.sh
+mutant huge-file-no-userns core/huge_file.c 'unshare(CLONE_NEWUSER | CLONE_NEWNS)' 'unshare(CLONE_NEWNS)' test_unit_huge_file
 # the plan's cost model (tests/unit/test_unit_plan.c)
 mutant plan-allreduce-bytes-halved trainer/plan.c \
   'r->link_bytes = M > 1 ? 2 * (M - 1) / M * G : 0;' 'r->link_bytes = M > 1 ? (M - 1) / M * G : 0;' test_unit_plan
