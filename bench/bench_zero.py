@@ -1,6 +1,9 @@
 """bench_zero.py -- sharded data parallelism (ZeRO stages 0-3): memory and step time, in one invocation.
 
-Phases (every stage of a phase measured back to back, --rounds times; medians over rounds):
+Phases (every stage of a phase measured back to back, --rounds times; medians over rounds). Round r runs the
+stages rotated by r places (round 0: 0, 1, 2, 3, 3g; round 1: 1, 2, 3, 3g, 0; ...), so over as many rounds as
+stages each one runs once in every position: a host whose speed drifts within a round (seen on the KVM EPYC)
+favours no stage. "paired" is the median over rounds of each round's own ratio to its own stage 0.
   local  `tandem bench train --dist --zero S` under mpirun on this machine, 1, 2 and 4 ranks of one thread,
          the small preset, full fine-tuning. Per rank: peak RSS, and the model state it holds after the last
          step (trainable parameters + gradients + AdamW moments, page residency), next to the ZeRO formula
@@ -25,7 +28,7 @@ PyTorch's FSDP is not measured beside it: Debian's torch 1.13 cannot import torc
 Python 3.11 (a dataclass in its sharded-tensor metadata has a mutable default: ValueError at import).
 
 Usage (root, for the namespaces):  bench/bench_zero.sh [--phases local,netns,layout] [--machines 2,4] [--rate R]
-                                   [--rounds R] [--steps K]
+                                   [--rounds R] [--steps K] [--layout-batch B] [--local-ranks 1,2,4]
                                    [--json OUT.jsonl]
 """
 import argparse, json, os, statistics, subprocess, sys, time
@@ -53,14 +56,25 @@ def netns(preset, stage, steps):
     return tandem_json(run(cmd))
 
 
-def netns_layout(machines, stage, layout, steps):
+def netns_layout(machines, stage, layout, steps, batch):
     cmd = [KIT, "mpirun", "-n", str(machines), "--map-by", "node", "-x", "OMP_NUM_THREADS", BIN, "bench", "train",
            "--preset", "tiny", "--steps", str(steps), "--warmup", "1", "--dist", "--zero", str(stage),
            "--zero-layout", layout]
-    return tandem_json(run(cmd))
+    return tandem_json(run(cmd + (["--batch", str(batch)] if batch else [])))
 
 
 LAYOUT_RUNS = [(0, "balanced"), (2, "contiguous"), (2, "balanced"), (3, "contiguous"), (3, "balanced")]
+
+
+def rotated(runs, r):
+    """The round's order: the list turned r places, so drift within a round lands on every entry in turn."""
+    k = r % len(runs)
+    return list(runs[k:]) + list(runs[:k])
+
+
+def paired(rs, base):
+    """Median over rounds of a run's ratio to the same round's baseline (rounds hold one run of each)."""
+    return statistics.median(x["ms_step"] / b["ms_step"] for x, b in zip(rs, base))
 
 
 def layouts(a, out):
@@ -71,21 +85,22 @@ def layouts(a, out):
         try:
             rows = {}
             for r in range(a.rounds):
-                for s, lay in LAYOUT_RUNS:
-                    rows.setdefault((s, lay), []).append(netns_layout(machines, s, lay, a.steps + 2))
+                for s, lay in rotated(LAYOUT_RUNS, r):
+                    rows.setdefault((s, lay), []).append(netns_layout(machines, s, lay, a.steps + 2, a.layout_batch))
         finally:
             subprocess.run([KIT, "down"], env=ENV)
         load = open("/proc/loadavg").read().split()[0]
         g = rows[(0, "balanced")][0]["grad_mb"] * 1048576.0 / 1e6
         print(f"\nlayout, {machines} machines x 1 rank over {a.rate}, tiny preset ({g:.1f} MB of gradients), "
-              f"{a.rounds} round(s), load average {load} after the runs")
-        print("| machines | stage | shards | ms/step | vs DDP | per link and unit of B bytes |")
-        print("|---|---|---|---|---|---|")
+              f"batch {a.layout_batch or 8} x 256 tokens a rank, {a.rounds} round(s), load average {load} after the runs")
+        print("| machines | stage | shards | ms/step | vs DDP | paired | per link and unit of B bytes |")
+        print("|---|---|---|---|---|---|---|")
         base = statistics.median(x["ms_step"] for x in rows[(0, "balanced")])
         for (s, lay), rs in rows.items():
             ms = statistics.median(x["ms_step"] for x in rs)
             link = "2 (M-1)/M B each way" if s == 0 else "B, one way" if lay == "contiguous" else "(M-1)/M B each way"
-            print(f"| {machines} | {s} | {'-' if s == 0 else lay} | {ms:.0f} | {ms / base:.3f} | {link} |")
+            pr = paired(rs, rows[(0, "balanced")])
+            print(f"| {machines} | {s} | {'-' if s == 0 else lay} | {ms:.0f} | {ms / base:.3f} | {pr:.3f} | {link} |")
             if out:
                 for x in rs:
                     out.write(json.dumps(dict(x, phase="layout", machines=machines)) + "\n")
@@ -99,6 +114,9 @@ def main():
                     "stands for faster compute where the cores are too few for the ranks")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--layout-batch", type=int, default=0, help="the layout phase's sequences a rank and step "
+                    "(default the tiny preset's 8); fewer make a step link-bound at the real rate where the cores "
+                    "are too few for the ranks: the compute shrinks, the bytes do not")
     ap.add_argument("--json", default="")
     ap.add_argument("--local-ranks", default="1,2,4", help="rank counts of the local phase (2 alone: more rounds "
                     "of the issue's one-machine comparison in the same time)")
@@ -115,14 +133,14 @@ def main():
         rows = {}
         for r in range(a.rounds):
             for n in (int(x) for x in a.local_ranks.split(",")):
-                for s in ((0,) if n == 1 else (0, 1, 2, 3, "3g")):
+                for s in ((0,) if n == 1 else rotated((0, 1, 2, 3, "3g"), r)):
                     rows.setdefault((n, s), []).append(local("small", n, s, a.steps))
         print("\nlocal, small preset (full fine-tuning), 1 thread per rank; model state per rank after the last step")
         print("(stage 3: the ranks map one shared copy of the parameters, the default; 3g: stage 3 gathering them as "
               "across machines, --zero-gather)")
-        print("| ranks | stage | ms/step | vs stage 0 | peak RSS MB | model state MB after the step | ZeRO formula MB | "
-              "ratio | peak model state MB in the step | peak / formula |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("| ranks | stage | ms/step | vs stage 0 | paired | peak RSS MB | model state MB after the step | "
+              "ZeRO formula MB | ratio | peak model state MB in the step | peak / formula |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for (n, s), rs in rows.items():
             ms = statistics.median(x["ms_step"] for x in rs)
             base = statistics.median(x["ms_step"] for x in rows[(n, 0)])
@@ -132,7 +150,9 @@ def main():
             # in the step: parameters + gradients sampled at every layer boundary, plus the (constant) AdamW shard
             opt = 8.0 * rs[0]["trainable"] / (n if s else 1) / 1048576.0
             peak = max(statistics.median(x["peak_params_grads_mb"] for x in rs) + opt, state) if s else state
-            print(f"| {n} | {s} | {ms:.0f} | {ms / base:.3f} | {rss:.0f} | {state:.1f} | {f:.1f} | {state / f:.3f} | "
+            pr = paired(rs, rows[(n, 0)])
+            print(f"| {n} | {s} | {ms:.0f} | {ms / base:.3f} | {pr:.3f} | {rss:.0f} | {state:.1f} | {f:.1f} | "
+                  f"{state / f:.3f} | "
                   f"{peak:.1f} | {peak / f:.3f} |")
             if out:
                 for x in rs:
@@ -145,7 +165,7 @@ def main():
                    for _ in range(a.rounds)]
             rows = {}
             for r in range(a.rounds):
-                for s in (0, 2, 3):
+                for s in rotated((0, 2, 3), r):
                     rows.setdefault(s, []).append(netns("tiny", s, a.steps + 2))
         finally:
             subprocess.run([KIT, "down"], env=ENV)
