@@ -90,9 +90,11 @@ def layouts(a, out):
         finally:
             subprocess.run([KIT, "down"], env=ENV)
         load = open("/proc/loadavg").read().split()[0]
-        g = rows[(0, "balanced")][0]["grad_mb"] * 1048576.0 / 1e6
+        first = rows[(0, "balanced")][0]
+        g = first["grad_mb"] * 1048576.0 / 1e6
         print(f"\nlayout, {machines} machines x 1 rank over {a.rate}, tiny preset ({g:.1f} MB of gradients), "
-              f"batch {a.layout_batch or 8} x 256 tokens a rank, {a.rounds} round(s), load average {load} after the runs")
+              f"batch {first['batch']} x {first['seq']} tokens a rank, {a.rounds} round(s), load average {load} "
+              "after the runs")
         print("| machines | stage | shards | ms/step | vs DDP | paired | per link and unit of B bytes |")
         print("|---|---|---|---|---|---|---|")
         base = statistics.median(x["ms_step"] for x in rows[(0, "balanced")])
@@ -102,8 +104,8 @@ def layouts(a, out):
             pr = paired(rs, rows[(0, "balanced")])
             print(f"| {machines} | {s} | {'-' if s == 0 else lay} | {ms:.0f} | {ms / base:.3f} | {pr:.3f} | {link} |")
             if out:
-                for x in rs:
-                    out.write(json.dumps(dict(x, phase="layout", machines=machines)) + "\n")
+                for i, x in enumerate(rs):
+                    out.write(json.dumps(dict(x, round=i, phase="layout", machines=machines)) + "\n")
 
 
 def main():
@@ -152,11 +154,10 @@ def main():
             peak = max(statistics.median(x["peak_params_grads_mb"] for x in rs) + opt, state) if s else state
             pr = paired(rs, rows[(n, 0)])
             print(f"| {n} | {s} | {ms:.0f} | {ms / base:.3f} | {pr:.3f} | {rss:.0f} | {state:.1f} | {f:.1f} | "
-                  f"{state / f:.3f} | "
-                  f"{peak:.1f} | {peak / f:.3f} |")
+                  f"{state / f:.3f} | {peak:.1f} | {peak / f:.3f} |")
             if out:
-                for x in rs:
-                    out.write(json.dumps(dict(x, phase="local", formula_mb=f)) + "\n")
+                for i, x in enumerate(rs):
+                    out.write(json.dumps(dict(x, round=i, phase="local", formula_mb=f)) + "\n")
     if "netns" in phases:
         subprocess.run([KIT, "up", *SHAPE], env=ENV, check=True)
         try:
@@ -185,8 +186,8 @@ def main():
             lim = max(t1, first0 + b / rate * 1000.0)
             print(f"| {s} | {ms:.0f} | {ms / base:.3f} | {b:.1f} | {lim:.0f} | {ms / lim:.3f} | {first:.0f} |")
             if out:
-                for x in rs:
-                    out.write(json.dumps(dict(x, phase="netns", link_MBps=rate, limit_ms=lim)) + "\n")
+                for i, x in enumerate(rs):
+                    out.write(json.dumps(dict(x, round=i, phase="netns", link_MBps=rate, limit_ms=lim)) + "\n")
     if "layout" in phases:
         layouts(a, out)
 
