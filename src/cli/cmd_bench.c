@@ -8,7 +8,7 @@
  * data-parallel run under mpirun; --zero N: sharded as ZeRO stage N (zero.h), --zero-layout balanced|contiguous
  * its shards (shard_layout.h), --zero-gather: stage 3 on one machine gathers as across machines instead of
  * sharing one copy of the parameters (zero.c); --trace:
- * every rank prints each step's phases to stderr; --compress bf16|int8|int4: gradients between machines encoded
+ * every rank prints each step's phases, and each collective as it finishes (comm.h: tn_comm_trace_ops), to stderr; --compress bf16|int8|int4: gradients between machines encoded
  * (grad_sync.h); --diloco H: sync_mode diloco with H inner steps (diloco.h; --compress then encodes the
  * pseudo-gradients, --no-overlap waits for each exchange). The JSON line has the median and the mean step
  * (a DiLoCo round's end costs more than its other steps: the mean over whole rounds is the throughput) and
@@ -209,6 +209,7 @@ static int bench_train(int argc, char **argv) {
     int64_t T = (int64_t)B * S;
     for (int i = 0; i < warmup + steps; i++) {
         double t0 = tn_now();
+        if (trace && comm) tn_comm_trace_ops(comm, i, t0);
         tn_step_stats st, fs;
         if (tn_trainer_step(t, &st) == -2) return -1; /* a non-finite step (-1) is timed like any other */
         m->be->sync(); /* a GPU's queued kernels belong to this step's time */

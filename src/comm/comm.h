@@ -123,6 +123,12 @@ typedef struct {
 } tn_comm_stats;
 void tn_comm_get_stats(const tn_comm *c, tn_comm_stats *s);
 
+/* From now on every collective op prints one line to stderr as it finishes: its name, size, and when it was
+ * queued, first stepped and done, in ms from epoch (a tn_now() value), labelled with step. Call again at every
+ * step to move the epoch (an op queued in the step before shows a negative queued time). A diagnostic (bench
+ * train --trace): where a step's link time and idle gaps go. Call from the thread that issues the collectives. */
+void tn_comm_trace_ops(tn_comm *c, int step, double epoch);
+
 /* ---- accelerator memory (comm_device.c). A compute backend whose tensors live in device memory attaches it; the
  * float collectives, the range collectives and bcast then take device buffers as well: the NCCL backend hands
  * them to NCCL (each collective first waits for the kernels queued on `queue`), the MPI backend stages them

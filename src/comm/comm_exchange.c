@@ -121,7 +121,7 @@ tn_comm_op *tn_comm_iexchange(tn_comm *c, float *buf, size_t n, const tn_exchang
     }
     float *dev = buf, *host = tn_comm_stage_out(c, buf, n); /* device memory: the exchange runs on a host copy */
     if (host) buf = host;
-    tn_comm_op *op = tn_comm_op_new(c);
+    tn_comm_op *op = tn_comm_op_new(c, x->background ? "exchange (background)" : "exchange", n);
     xop *o = tn_xcalloc(1, sizeof *o);
     o->c = c, o->buf = buf, o->n = n, o->x = *x;
     tn_comm_exchange_part(c, n, &o->off, &o->len);
@@ -158,7 +158,7 @@ tn_comm_op *tn_comm_iallreduce_local_f32(tn_comm *c, float *buf, size_t n) {
         float *host = tn_comm_stage_out(c, buf, n);
         return tn_comm_stage_track(c, tn_comm_submit(c, tn_shm_allreduce_op(c, host ? host : buf, n, 1)), buf, host, n);
     }
-    tn_comm_op *op = tn_comm_op_new(c); /* alone on the machine: the sum is the buffer itself */
+    tn_comm_op *op = tn_comm_op_new(c, "machine allreduce", n); /* alone on the machine: the sum is the buffer itself */
     op->step = noop_step;
     return tn_comm_submit(c, op);
 }

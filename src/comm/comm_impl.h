@@ -82,6 +82,9 @@ struct tn_comm {
     pthread_t thread;
     uint64_t op_seq;             /* ops created, on the caller's thread (same order on every rank) */
     double busy_s, busy_since;
+    int trace_ops;               /* under mu: log every op as it finishes (tn_comm_trace_ops) */
+    int trace_step;
+    double trace_epoch;
 
     /* watchdog (comm_watchdog.c) */
     MPI_Comm wd_comm;            /* pings and answers */
@@ -128,6 +131,9 @@ struct tn_comm_op {
     int background;                     /* not in the queue: stepped whatever the queue does */
     int one_piece;                      /* background: each of its messages is one ring piece, sent whole at once,
                                          * so no flow needs polling to keep moving (comm_progress.c) */
+    const char *what;                   /* its name in the op trace (tn_comm_trace_ops) */
+    size_t floats;                      /* the floats it reduces or gathers (the trace's size) */
+    double t_queued, t_started;         /* tn_now() at submission and at its first step */
     char err[256];
 };
 
@@ -203,7 +209,7 @@ void tn_watchdog_check(tn_comm *c, double *stalled_since, const char *what);
 int tn_comm_join_world(MPI_Comm *world);
 
 /* comm_mpi.c */
-tn_comm_op *tn_comm_op_new(tn_comm *c);
+tn_comm_op *tn_comm_op_new(tn_comm *c, const char *what, size_t floats); /* what: a string literal */
 
 /* comm_shard.c: the range collectives on host memory (MPI rings) */
 tn_comm_op *tn_comm_mpi_range(tn_comm *c, int kind, float *slab, size_t n, size_t lo, size_t hi);

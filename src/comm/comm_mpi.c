@@ -6,9 +6,9 @@
 #include "comm/comm_impl.h"
 #include "core/core.h"
 
-tn_comm_op *tn_comm_op_new(tn_comm *c) {
+tn_comm_op *tn_comm_op_new(tn_comm *c, const char *what, size_t floats) {
     tn_comm_op *op = tn_xcalloc(1, sizeof *op);
-    op->c = c;
+    op->c = c, op->what = what, op->floats = floats;
     op->seq = c->op_seq++;
     return op;
 }
@@ -24,8 +24,8 @@ static int ring_op_draining(const tn_comm_op *op) { return tn_ring_all_started(o
 static void ring_op_release(tn_comm_op *op) { tn_ring_free(op->state); }
 
 static tn_comm_op *ring_op(tn_comm *c, MPI_Comm comm, int kind, float *buf, size_t n, const size_t *boff,
-                           const size_t *blen) {
-    tn_comm_op *op = tn_comm_op_new(c);
+                           const size_t *blen, const char *what) {
+    tn_comm_op *op = tn_comm_op_new(c, what, n);
     tn_ring *r = tn_ring_create(comm, kind, buf, n, boff, blen, c->tune.piece, c->tune.window,
                                 (int)(op->seq % TN_COMM_LANES));
     if (!r) {
@@ -45,12 +45,12 @@ static tn_comm_op *allreduce_op(tn_comm *c, float *buf, size_t n) {
     if (check_buf(buf, n, "allreduce") != 0) return NULL;
     tn_comm_op *op;
     if (c->info.size == 1 || n == 0) {
-        op = tn_comm_op_new(c);
+        op = tn_comm_op_new(c, "allreduce", n);
         op->step = noop_step;
     } else if (c->shm) {
         op = tn_shm_allreduce_op(c, buf, n, 0);
     } else { /* alone on this machine: this rank is its machine's leader */
-        op = ring_op(c, c->leaders, TN_RING_AR, buf, n, NULL, NULL);
+        op = ring_op(c, c->leaders, TN_RING_AR, buf, n, NULL, NULL, "allreduce");
     }
     return op ? tn_comm_submit(c, op) : NULL;
 }
@@ -63,7 +63,7 @@ static int ring_slices(tn_comm *c, int kind, float *buf, size_t n, const char *w
     int p = c->info.size;
     size_t *boff = tn_xmalloc((size_t)p * sizeof *boff), *blen = tn_xmalloc((size_t)p * sizeof *blen);
     for (int j = 0; j < p; j++) tn_comm_slice(n, p, c->ring_world[j], &boff[j], &blen[j]);
-    tn_comm_op *op = ring_op(c, c->ring, kind, buf, n, boff, blen);
+    tn_comm_op *op = ring_op(c, c->ring, kind, buf, n, boff, blen, what);
     free(boff), free(blen);
     if (!op) return -1;
     return tn_comm_op_wait(tn_comm_submit(c, op));

@@ -175,12 +175,12 @@ static void event_release(tn_comm_op *op) {
 }
 
 /* Queue an op that completes when the work just enqueued on NCCL's stream has. */
-static tn_comm_op *event_op_submit(tn_comm *c, nccl_state *s) {
+static tn_comm_op *event_op_submit(tn_comm *c, nccl_state *s, const char *what, size_t floats) {
     cudaEvent_t ev = record(s);
     if (!ev) return NULL;
     event_op *e = tn_xmalloc(sizeof *e);
     e->ev = ev, e->device = s->device;
-    tn_comm_op *op = tn_comm_op_new(c);
+    tn_comm_op *op = tn_comm_op_new(c, what, floats);
     op->state = e, op->step = event_step, op->release = event_release;
     return tn_comm_submit(c, op);
 }
@@ -189,7 +189,7 @@ static tn_comm_op *nccl_iallreduce_f32(tn_comm *c, float *buf, size_t n) {
     if (!on_device(c, buf)) return tn_comm_backend_mpi.iallreduce_f32(c, buf, n);
     nccl_state *s = st_of(c);
     if (nccl_allreduce_enqueue(c, s, buf, n) != 0) return NULL;
-    return event_op_submit(c, s);
+    return event_op_submit(c, s, "allreduce", n);
 }
 
 /* ZeRO's range collectives (comm_shard.c) on device slabs: each rank's shard within [lo, hi) is reduced to that
@@ -212,7 +212,7 @@ static tn_comm_op *nccl_irange(tn_comm *c, int kind, float *slab, size_t n, size
         }
     }
     if (nccl_check(ncclGroupEnd(), "ncclGroupEnd") != 0) return NULL;
-    return event_op_submit(c, s);
+    return event_op_submit(c, s, kind == TN_RING_RS ? "reduce-scatter" : "all-gather", hi - lo);
 }
 
 static void nccl_finalize(tn_comm *c) {

@@ -13,7 +13,8 @@
  * a peer that has not started its side (DiLoCo's exchange leaves at each machine's own round end, and the
  * machines drift apart by up to a round): polling it every millisecond woke the thread ~50-120 times a step on
  * the core that computes (issue 27), so the sleeps then grow to tune.bg_poll_max_us, on the condition
- * variable, which a new op or a caller that starts waiting signals. */
+ * variable, which a new op or a caller that starts waiting signals. With tn_comm_trace_ops on, each op prints one
+ * line as it finishes (queued / first stepped / done), the timeline of a step's link use. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,9 +59,26 @@ int tn_comm_mpi_wait(tn_comm *c, MPI_Request *rq, const char *what) {
     }
 }
 
+/* Under c->mu: one line for a finished op (tn_comm_trace_ops), times from the caller's step start. */
+static void trace_locked(const tn_comm *c, const tn_comm_op *op) {
+    double e = c->trace_epoch, now = tn_now();
+    fprintf(stderr, "rank %d step %d: op %llu %s of %zu floats: queued %.1f, started %.1f, done %.1f ms%s\n",
+            c->info.rank, c->trace_step, (unsigned long long)op->seq, op->what ? op->what : "op", op->floats,
+            1e3 * (op->t_queued - e), 1e3 * ((op->t_started > 0 ? op->t_started : now) - e), 1e3 * (now - e),
+            op->failed ? " (failed)" : "");
+}
+
+void tn_comm_trace_ops(tn_comm *c, int step, double epoch) {
+    if (!c->thread_started) return;
+    pthread_mutex_lock(&c->mu);
+    c->trace_ops = 1, c->trace_step = step, c->trace_epoch = epoch;
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* Under c->mu: op finished; the first unfinished op becomes current (a background op leaves its list). */
 static void finish_locked(tn_comm *c, tn_comm_op *op, int failed) {
     op->done = 1, op->failed = failed;
+    if (c->trace_ops) trace_locked(c, op);
     if (op->background) {
         tn_comm_op **pp = &c->bg;
         while (*pp && *pp != op) pp = &(*pp)->next;
@@ -164,6 +182,7 @@ static void *progress_main(void *arg) {
         }
         pthread_mutex_unlock(&c->mu);
         for (int i = 0; i < n; i++) {
+            if (run[i]->t_started == 0) run[i]->t_started = tn_now();
             rc[i] = run[i]->step(run[i], &progressed);
             if (rc[i] < 0) snprintf(run[i]->err, sizeof run[i]->err, "%s", tn_errmsg());
         }
@@ -218,7 +237,7 @@ void tn_comm_progress_stop(tn_comm *c) {
 
 tn_comm_op *tn_comm_submit_background(tn_comm *c, tn_comm_op *op) {
     pthread_mutex_lock(&c->mu);
-    op->background = 1;
+    op->background = 1, op->t_queued = tn_now();
     op->next = c->bg;
     c->bg = op;
     pthread_cond_broadcast(&c->cv);
@@ -228,7 +247,7 @@ tn_comm_op *tn_comm_submit_background(tn_comm *c, tn_comm_op *op) {
 
 tn_comm_op *tn_comm_submit(tn_comm *c, tn_comm_op *op) {
     pthread_mutex_lock(&c->mu);
-    op->next = NULL;
+    op->next = NULL, op->t_queued = tn_now();
     op->gated = c->gate_next;
     if (c->tail) c->tail->next = op;
     else c->head = op;

@@ -119,7 +119,7 @@ static tn_comm_op *range_collective(tn_comm *c, int kind, float *slab, size_t n,
         tn_err("comm: %s got a NULL slab", what);
         return NULL;
     }
-    tn_comm_op *op = tn_comm_op_new(c);
+    tn_comm_op *op = tn_comm_op_new(c, what, hi - lo);
     range_op *o = tn_xcalloc(1, sizeof *o);
     o->c = c, o->slab = slab, o->kind = kind, o->lane = (int)(op->seq % TN_COMM_LANES);
     op->shards = shards_of(c, n, lo, hi);

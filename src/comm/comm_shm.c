@@ -196,7 +196,7 @@ static void hier_release(tn_comm_op *op) {
 }
 
 tn_comm_op *tn_shm_allreduce_op(tn_comm *c, float *buf, size_t n, int local_only) {
-    tn_comm_op *op = tn_comm_op_new(c);
+    tn_comm_op *op = tn_comm_op_new(c, local_only ? "machine allreduce" : "allreduce", n);
     hier *h = tn_xcalloc(1, sizeof *h);
     h->m = c->shm, h->buf = buf, h->n = n, h->nch = (n + c->shm->chunk - 1) / c->shm->chunk;
     if (c->info.local_rank == 0 && c->info.n_nodes > 1 && !local_only) {

@@ -276,6 +276,9 @@ mutant dashboard-cpu-in-clock-ticks serve/dashboard.c \
 # ZeRO 2-3 zero the gradient shard in place before backward (zero.c): skipped, it accumulates over the steps
 mutant zero-grad-shard-not-zeroed trainer/zero.c \
   'be->zero(g + z->own[i].lo, z->own[i].n);' '(void)0;' test_zero.sh
+# the op trace's sizes (tests/cli/test_op_trace.sh): a range op reporting its end offset, not its length
+mutant op-trace-range-size comm/comm_shard.c 'tn_comm_op_new(c, what, hi - lo)' 'tn_comm_op_new(c, what, hi)' \
+  test_op_trace.sh
 # ZeRO-3 on one machine maps one copy (comm_share.c): private copies of it never see the other ranks' updates
 mutant zero3-machine-copy-private comm/comm_share.c \
   'PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0' 'PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0' test_zero_layout.sh
