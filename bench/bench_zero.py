@@ -85,7 +85,7 @@ def layouts(a, out):
         try:
             rows = {}
             for r in range(a.rounds):
-                for s, lay in rotated(LAYOUT_RUNS, r):
+                for s, lay in rotated(a.layout_runs, r):
                     rows.setdefault((s, lay), []).append(netns_layout(machines, s, lay, a.steps + 2, a.layout_batch))
         finally:
             subprocess.run([KIT, "down"], env=ENV)
@@ -119,11 +119,21 @@ def main():
     ap.add_argument("--layout-batch", type=int, default=0, help="the layout phase's sequences a rank and step "
                     "(default the tiny preset's 8); fewer make a step link-bound at the real rate where the cores "
                     "are too few for the ranks: the compute shrinks, the bytes do not")
+    ap.add_argument("--layout-runs", default=",".join(f"{s}:{lay}" for s, lay in LAYOUT_RUNS),
+                    help="the layout phase's configurations, STAGE:LAYOUT,... (default all five; 0:balanced, DDP, is "
+                         "the baseline and must be one: e.g. 0:balanced,2:balanced for more rounds of the one ratio)")
     ap.add_argument("--json", default="")
     ap.add_argument("--local-ranks", default="1,2,4", help="rank counts of the local phase (2 alone: more rounds "
                     "of the issue's one-machine comparison in the same time)")
     a = ap.parse_args()
     phases = a.phases.split(",")
+    try:
+        a.layout_runs = [(int(x.split(":")[0]), x.split(":")[1]) for x in a.layout_runs.split(",")]
+    except (IndexError, ValueError):
+        sys.exit(f"bench_zero: --layout-runs '{a.layout_runs}': expected STAGE:LAYOUT,... (e.g. 0:balanced,2:balanced)")
+    if (0, "balanced") not in a.layout_runs or any(x not in LAYOUT_RUNS for x in a.layout_runs):
+        sys.exit("bench_zero: --layout-runs must name 0:balanced (the baseline) and only these: "
+                 + ",".join(f"{s}:{lay}" for s, lay in LAYOUT_RUNS))
     out = open(a.json, "a") if a.json else None
     cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
     try:  # stage 3's shared copy gets 2 MB pages only where this allows them (comm_share.c)
