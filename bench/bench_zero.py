@@ -29,7 +29,7 @@ Python 3.11 (a dataclass in its sharded-tensor metadata has a mutable default: V
 
 Usage (root, for the namespaces):  bench/bench_zero.sh [--phases local,netns,layout] [--machines 2,4] [--rate R]
                                    [--rounds R] [--steps K] [--layout-batch B] [--local-ranks 1,2,4]
-                                   [--json OUT.jsonl]
+                                   [--layout-runs 0:balanced,2:balanced,...] [--json OUT.jsonl]
 """
 import argparse, json, os, statistics, subprocess, sys, time
 
