@@ -7,9 +7,9 @@
  * Threads come from OMP_NUM_THREADS (OpenBLAS is the OpenMP build and follows it). --dist: one rank of a
  * data-parallel run under mpirun; --zero N: sharded as ZeRO stage N (zero.h), --zero-layout balanced|contiguous
  * its shards (shard_layout.h), --zero-gather: stage 3 on one machine gathers as across machines instead of
- * sharing one copy of the parameters (zero.c); --trace:
- * every rank prints each step's phases, and each collective as it finishes (comm.h: tn_comm_trace_ops), to stderr; --compress bf16|int8|int4: gradients between machines encoded
- * (grad_sync.h); --diloco H: sync_mode diloco with H inner steps (diloco.h; --compress then encodes the
+ * sharing one copy of the parameters (zero.c); --trace: every rank prints each step's phases, and each collective
+ * as it finishes (comm.h: tn_comm_trace_ops), to stderr; --compress bf16|int8|int4: gradients between machines
+ * encoded (grad_sync.h); --diloco H: sync_mode diloco with H inner steps (diloco.h; --compress then encodes the
  * pseudo-gradients, --no-overlap waits for each exchange). The JSON line has the median and the mean step
  * (a DiLoCo round's end costs more than its other steps: the mean over whole rounds is the throughput) and
  * the bytes each machine sends per step. */
