@@ -32,6 +32,7 @@ struct tn_diloco {
     double *xstats;           /* [NUMS H] */
     double *round;            /* [NUMS H]: this machine's numbers of the running round */
     int round_first, round_n;
+    double round_samples[2];  /* the machine's samples in the running round, and the global batches' */
     tn_diloco_step *queue;    /* summed numbers not popped yet */
     int qhead, qcount, qcap;
     int skipped_outer;
@@ -140,7 +141,18 @@ static int wait_exchange(tn_diloco *d) {
     return 0;
 }
 
+/* The round's pseudo-gradient times M n_m / n (diloco.h's weights); equal shares: exactly 1, D untouched. */
+static void weigh(tn_diloco *d) {
+    const double *rs = d->round_samples;
+    double f = rs[1] > 0 ? d->M * rs[0] / rs[1] : 1.0;
+    d->round_samples[0] = d->round_samples[1] = 0;
+    if (f == 1.0) return;
+    const float w = (float)f;
+    for (size_t i = 0; i < d->n; i++) d->buf[i] *= w;
+}
+
 static int launch(tn_diloco *d) {
+    weigh(d);
     tn_exchange x = {.codec = d->cfg.codec, .residual = d->res, .scale = 1.0f / (float)d->M, .reduce_local = 0,
                      .background = 1, .extra = d->xstats, .n_extra = (size_t)NUMS * d->H};
     d->op = tn_comm_iexchange(d->c, d->buf, d->n, &x);
@@ -172,6 +184,7 @@ static int boundary(tn_diloco *d, int last) {
 
 int tn_diloco_step_done(tn_diloco *d, const tn_diloco_step *st, int last) {
     if (d->round_n == 0) d->round_first = st->step;
+    d->round_samples[0] += st->samples, d->round_samples[1] += st->batch;
     double *r = d->round + NUMS * d->round_n++;
     r[0] = st->skipped ? 0 : st->loss_sum, r[1] = st->skipped ? 0 : st->tokens, r[2] = st->seen;
     r[3] = st->skipped ? 0 : st->grad_norm, r[4] = st->skipped ? 1 : 0;
@@ -218,6 +231,7 @@ int tn_diloco_save(tn_diloco *d, const tn_adamw *opt, tn_state *mine, tn_state *
         put_backend(mine, "machine.diloco.params", d->m->be, d->m->slab, d->n);
         tn_state_put(mine, "machine.diloco.round_start", ST_F32, d->s, d->n);
         tn_state_put(mine, "machine.diloco.round_stats", ST_F64, d->round, (size_t)NUMS * d->H);
+        tn_state_put(mine, "machine.diloco.round_samples", ST_F64, d->round_samples, 2);
         tn_state_put(mine, "machine.diloco.adam_step", ST_I64, &adam, 1);
         if (in->node > 0) { /* machine 0's moments are the checkpoint's optimizer.safetensors */
             put_backend(mine, "machine.diloco.exp_avg", opt->be, opt->m, opt->n);
@@ -239,7 +253,7 @@ int tn_diloco_load(tn_diloco *d, tn_adamw *opt, const tn_state *mine, const tn_s
     const int64_t *meta = tn_state_get(job, "diloco.meta", ST_I64, &mn);
     snprintf(why, wn, "it holds no DiLoCo state (another sync_mode, or save_only_model)");
     if (!meta || (mn != META_LEN && mn != META_LEN - 1) || meta[11] != (int64_t)d->n) {
-        d->round_n = 0;
+        d->round_n = 0, d->round_samples[0] = d->round_samples[1] = 0;
         return 0;
     }
     const float *v = get_f32(job, "diloco.outer_momentum", d->n);
@@ -268,12 +282,15 @@ int tn_diloco_load(tn_diloco *d, tn_adamw *opt, const tn_state *mine, const tn_s
             set_params(d, d->g);
             memcpy(d->s, d->g, d->n * sizeof *d->s);
         }
-        d->round_n = 0;
+        d->round_n = 0, d->round_samples[0] = d->round_samples[1] = 0;
         return 0;
     }
     set_params(d, x);
     memcpy(d->s, s, d->n * sizeof *s);
     memcpy(d->round, rs, sn * sizeof *rs);
+    size_t nsamp = 0; /* absent before balance_ranks came to DiLoCo: equal shares */
+    const double *samp = tn_state_get(mine, "machine.diloco.round_samples", ST_F64, &nsamp);
+    d->round_samples[0] = samp && nsamp == 2 ? samp[0] : 0, d->round_samples[1] = samp && nsamp == 2 ? samp[1] : 0;
     d->round_first = (int)meta[9], d->round_n = (int)meta[10];
     opt->step = (int)adam[0];
     if (in->node > 0) opt->be->upload(opt->m, em, opt->n), opt->be->upload(opt->v, ev, opt->n);

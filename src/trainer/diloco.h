@@ -16,6 +16,10 @@
  * that is not agreed yet, which the mean replaces at the next round's end. So the link is never waited on as
  * long as one exchange takes less than a round of compute. Without overlap every machine waits for the mean
  * and restarts from x = g. With one machine, lr_outer 1 and momentum 0, both reduce to plain training.
+ * Weights (balance_ranks, shares.h): when the machines' shares of the global batch differ, D_mean is the
+ * average weighted by the samples each machine trained in the round, sum_m (n_m / n) D_m, as data parallelism
+ * weights every sample alike: each machine sends M (n_m / n) D_m to the exchange's mean (error feedback keeps
+ * what its codec lost of that). Equal shares leave D exactly as it is.
  * The last step of training ends with a synchronous exchange: every machine finishes with the same g.
  *
  * The loss every rank sees: each step's loss sum, token counts and gradient norm per machine travel with the
@@ -50,6 +54,7 @@ typedef struct {
     double loss_sum, tokens, seen; /* loss summed over trained tokens; trained tokens; tokens processed */
     double grad_norm;              /* pop: the mean over the machines that did not skip */
     int skipped;                   /* pop: machines that skipped the step */
+    double samples, batch;         /* step_done: the machine's samples, of the global batch (0, 0: unknown) */
 } tn_diloco_step;
 
 /* NULL + tn_err when the machines' rank counts differ. */

@@ -1,6 +1,7 @@
 /* shares -- each rank's share of a step's global batch: equal, or following the ranks' measured speed
  * (balance_ranks: true; the model and its rules are balance.h's). A property of the training loop that any
- * sync strategy may allow (DiLoCo refuses it: its machines step alone).
+ * sync strategy may allow (DiLoCo: each machine steps on its ranks' shares, and its pseudo-gradient counts by
+ * the samples it trained, diloco.h).
  *
  * Owns the shares, the measurement window and the speed exchange every BALANCE_WINDOW steps, and their place
  * in a checkpoint (sync_state.h's "balance.shares", so a resumed run goes on with the same split). */

@@ -44,6 +44,7 @@ typedef struct {
     int step, skipped;
     double loss, grad_norm, lr;
     int64_t tokens, seen;
+    int64_t samples, batch; /* the step's samples as the strategy sums them (DiLoCo: the machine's), of the global batch */
 } tn_strategy_logged;
 
 typedef struct tn_strategy tn_strategy;

@@ -34,8 +34,6 @@ static int check(const tn_strategy_args *a) {
     if (a->stage > 0)
         return tn_err("%s: sync_mode diloco keeps a whole replica on every machine: set zero_stage 0 (or drop the "
                       "deepspeed / fsdp sharding)", f);
-    if (a->balance)
-        return tn_err("%s: balance_ranks is for sync_mode ddp (with diloco each machine steps alone): drop one of them", f);
     return 0;
 }
 
@@ -106,7 +104,8 @@ static int step_done(tn_strategy *s, const tn_strategy_logged *r, double local_l
         return 0;
     }
     tn_diloco_step st = {.step = r->step, .loss_sum = local_loss_sum, .tokens = (double)r->tokens,
-                         .seen = (double)r->seen, .grad_norm = r->grad_norm, .skipped = r->skipped};
+                         .seen = (double)r->seen, .grad_norm = r->grad_norm, .skipped = r->skipped,
+                         .samples = (double)r->samples, .batch = (double)r->batch};
     return tn_diloco_step_done(ds->d, &st, last);
 }
 
@@ -195,10 +194,11 @@ static void describe(const tn_strategy *s, FILE *out) {
                 s->a.codec ? ", as " : "", s->a.codec ? tn_codec_name(s->a.codec) : "",
                 in->n_nodes > 1 ? sync_bytes(s) / 1e6 : 0.0, ds->sync_steps);
     fprintf(out, "tandem: DiLoCo over %d machine(s) of %d rank(s): gradients summed inside each machine every step; "
-            "every %d steps the pseudo-gradients (%s%s) are averaged between machines and applied by SGD, lr %g, "
+            "every %d steps the pseudo-gradients (%s%s) are averaged between machines%s and applied by SGD, lr %g, "
             "momentum %g%s, %s; %.3g MB per step sent by each machine\n",
             in->n_nodes, in->local_size, cfg->diloco_inner_steps, tn_codec_name(s->a.codec),
-            s->a.codec ? ", error feedback" : "", cfg->diloco_outer_lr, cfg->diloco_outer_momentum,
+            s->a.codec ? ", error feedback" : "", s->a.balance ? " (weighted by each machine's samples)" : "",
+            cfg->diloco_outer_lr, cfg->diloco_outer_momentum,
             cfg->diloco_nesterov ? " (Nesterov)" : "",
             cfg->diloco_overlap ? "one round late (the exchange overlaps the next round)" : "every machine waiting for it",
             (double)tn_diloco_round_bytes(ds->d) / cfg->diloco_inner_steps / 1e6);

@@ -172,9 +172,10 @@ static void lap(double *mark, double *into) {
 
 /* After the update (or the skip): the strategy takes the step's numbers (DiLoCo: into its round), keeping a
  * skip's message for the caller. */
-static int finish_step(tn_trainer *t, tn_step_stats *st, int rc, double local_loss_sum) {
+static int finish_step(tn_trainer *t, tn_step_stats *st, int rc, double local_loss_sum, int64_t summed_samples) {
     tn_strategy_logged r = {.step = t->in.step, .skipped = rc != 0, .loss = st->loss, .grad_norm = st->grad_norm,
-                            .lr = st->lr, .tokens = st->tokens, .seen = st->seen};
+                            .lr = st->lr, .tokens = st->tokens, .seen = st->seen, .samples = summed_samples,
+                            .batch = t->in.global_batch};
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", rc ? tn_errmsg() : "");
     if (tn_strategy_step_done(t->sync, &r, local_loss_sum, t->in.step >= t->in.total_steps) != 0) return -2;
@@ -248,11 +249,12 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     /* Fetch it first: the global token count normalises every micro-batch's gradient. */
     double t0 = tn_now(), mark = t0;
     tn_step_times tm = {0, 0, 0, 0};
-    double counts[3] = {0, 0, 0}; /* trained tokens, processed tokens (with padding), then the summed loss */
+    /* trained tokens, processed tokens (with padding), samples, then the summed loss */
+    double counts[4] = {0, 0, (double)mine, 0};
     const int n_micro = fill_batches(t, first, mine, counts);
     double t_fill = tn_now() - t0; /* this rank's own work: the waits for the others below are not its cost */
     lap(&mark, &tm.data);
-    if (tn_strategy_sum_f64(t->sync, counts, 2) != 0)
+    if (tn_strategy_sum_f64(t->sync, counts, 3) != 0)
         return tn_err("step %d: token count all-reduce failed: %s", t->in.step + 1, tn_errmsg()), -2;
     lap(&mark, &tm.wait);
     int64_t targets = (int64_t)counts[0]; /* text tokens only: image tokens sit in the prompt, label -100 */
@@ -268,8 +270,8 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
         return tn_err("step %d: %s", t->in.step + 1, tn_errmsg()), -2;
     lap(&mark, &tm.compute);
     if (tn_strategy_finish(t->sync) != 0) return tn_err("step %d: %s", t->in.step + 1, tn_errmsg()), -2;
-    counts[2] = loss;
-    if (tn_strategy_sum_f64(t->sync, counts + 2, 1) != 0)
+    counts[3] = loss;
+    if (tn_strategy_sum_f64(t->sync, counts + 3, 1) != 0)
         return tn_err("step %d: loss all-reduce failed: %s", t->in.step + 1, tn_errmsg()), -2;
     lap(&mark, &tm.wait);
     memset(st, 0, sizeof *st);
@@ -277,7 +279,7 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     st->seen = (int64_t)counts[1];
     st->comm_wait = tn_strategy_wait_s(t->sync);
     st->first_ready = tn_strategy_first_ready_s(t->sync);
-    st->loss = targets > 0 ? counts[2] / (double)targets : 0.0;
+    st->loss = targets > 0 ? counts[3] / (double)targets : 0.0;
     st->lr = tn_lr_for(cfg, t->in.step, t->in.warmup_steps, t->in.total_steps);
     /* the summed gradients are bit-identical on every rank (DiLoCo: of the machine), so the norm, the skip
      * decision and the update are too (sharded: every rank adds the shards' sums of squares in the same order) */
@@ -291,7 +293,7 @@ int tn_trainer_step(tn_trainer *t, tn_step_stats *st) {
     if (tn_shares_measure(t->shares, t->in.step, t_fill + (tn_now() - t1), fb, mine, t->note, sizeof t->note) != 0)
         return -2;
     st->samples = mine;
-    rc = finish_step(t, st, rc, counts[2]);
+    rc = finish_step(t, st, rc, counts[3], (int64_t)counts[2]);
     lap(&mark, &tm.wait); /* balancing's speed exchange, DiLoCo's round */
     st->times = tm;
     return rc;

@@ -8,7 +8,8 @@
 # the balanced run equals the homogeneous run (the same 2 ranks, 32 / 32 throughout) within the
 # split-invariance bound of test_dp_split.sh (1e-6; lora_B: AdamW's step bound), full and LoRA with dropout and gradient
 # accumulation, and a resumed balanced run too (the shares are in the checkpoint). The samples then go where the time is: the wall time
-# of the slow-rank run with balancing is below the one without.
+# of the slow-rank run with balancing is below the one without. The same with DiLoCo between two faked machines,
+# where each machine's pseudo-gradient counts by its samples (the run learns as the even one does).
 set -u
 . "${TANDEM_TESTS_DIR:?}/cli/testlib.sh"
 BIN=${TANDEM_BIN:?}
@@ -73,6 +74,34 @@ check '[ -f "$T/ra/checkpoint-20/sync-state.safetensors" ]'
 r=$(worst "$T/rb" "$T/even")
 echo "resumed balanced run vs even: $r"
 check 'within $r 1e-6'
+
+# DiLoCo between 2 faked machines (one rank each): the slow machine's samples move to the fast one inside each
+# step, its pseudo-gradient counts by the samples it trained (the weights themselves: tests/unit/test_unit_diloco.c,
+# exactly), the run learns as the even run does and spends less time
+DL="per_device_train_batch_size=32 sync_mode=diloco diloco_inner_steps=4 learning_rate=1e-3"
+run_machines() { # name slow key=value...
+  name=$1 slow=$2; shift 2
+  timeout 300 mpirun -n 2 --bind-to none -x OMP_NUM_THREADS -x TANDEM_FAULT_SLOW="$slow" \
+    sh -c 'export TANDEM_NODE_NAME=m$OMPI_COMM_WORLD_RANK; exec "$0" "$@"' "$BIN" train \
+    "$EX/demo_addition.yaml" $COMMON output_dir="$T/$name" "$@" >"$T/$name.log" 2>&1 \
+    || { echo "run $name failed:"; tail -n 20 "$T/$name.log"; }
+}
+run_machines dl-even none $DL
+run_machines dl-slow 1:5:6 $DL
+run_machines dl-bal 1:5:6 $DL balance_ranks=true
+grep "balance\|DiLoCo over" "$T/dl-bal.log"
+check 'grep -q "DiLoCo over 2 machine(s) of 1 rank(s): .* averaged between machines (weighted by each machine.s samples)" "$T/dl-bal.log"'
+last=$(grep "samples per step by rank now" "$T/dl-bal.log" | tail -1 | sed 's/.*now \([0-9]*\) \([0-9]*\) (.*/\1 \2/')
+echo "DiLoCo last split: $last"
+check '[ "$(echo $last | cut -d" " -f1)" -ge 40 ] && [ $(( $(echo $last | tr " " "+") )) -eq 64 ]'
+check 'cmp -s "$T/dl-slow/model.safetensors" "$T/dl-even/model.safetensors"'
+loss() { logged_losses "$T/$1" | sed -n "$2p" | sed 's/.*loss": //'; }
+l1=$(loss dl-even 1) le=$(loss dl-even 4) lb=$(loss dl-bal 4)
+echo "DiLoCo loss: step 10 $l1, step 40 even $le, balanced $lb"
+check 'awk -v a="$lb" -v e="$le" -v f="$l1" "BEGIN { exit !(f - a > 0.9 * (f - e)) }"'
+ts=$(runtime dl-slow) tb=$(runtime dl-bal)
+echo "DiLoCo training time with the slow machine: unbalanced $ts s, balanced $tb s"
+check 'awk -v a="$tb" -v b="$ts" "BEGIN { exit !(a < b) }"'
 
 [ "$fails" -eq 0 ] || tail -n 30 "$T"/*.log
 echo "test_balance: $checks checks, $fails failed"

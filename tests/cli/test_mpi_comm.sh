@@ -2,6 +2,7 @@
 # The comm layer under mpirun on this host: test_unit_comm (closed-form sums of rank-dependent data, see
 # tests/unit/test_unit_comm.c) with 2-4 ranks, on one machine and on 2-4 faked machines (TANDEM_NODE_NAME
 # per rank), which drives the hierarchical path: shared memory inside a "machine", ring between them.
+# test_unit_diloco (DiLoCo's sample-weighted outer step) on 2-3 faked machines.
 # Also checks that a wrong expectation and a bad setting fail (the harness can fail), without hanging.
 set -u
 BIN=${TANDEM_BIN:?}
@@ -44,6 +45,25 @@ run hier-uneven-2+1 3 2 "r / 2"
 run hier-interleaved 4 2 "r % 2" # ring order (machine by machine) differs from rank order
 # small pieces, window and slots: many segments in flight, window wrap-around, slot reuse across chunks
 run hier-2x2-small-pieces 4 2 "r / 2" -x TANDEM_COMM_PIECE_KB=4 -x TANDEM_COMM_WINDOW=3 -x TANDEM_COMM_CHUNK_MB=1
+
+# DiLoCo's outer step over faked machines: the pseudo-gradients' mean weighted by each machine's samples
+# (tests/unit/test_unit_diloco.c: the expected consensus written down from the machines' formulas)
+DILOCO=$(dirname "$BIN")/tests/test_unit_diloco
+diloco() { # name np nodes node-expr
+  checks=$((checks + 1))
+  timeout 300 mpirun -n "$2" --oversubscribe --bind-to none \
+    sh -c "export TANDEM_NODE_NAME=fake\$(( $4 )); exec \"\$0\"" "$DILOCO" >"$T/out" 2>&1
+  rc=$?
+  if [ "$rc" -ne 0 ] || ! grep -q "test_unit_diloco: size $2, $3 machine(s): [0-9]* checks, 0 failed" "$T/out"; then
+    fail "diloco $1 (rc=$rc):"
+    tail -n 20 "$T/out"
+  else
+    grep "test_unit_diloco:" "$T/out" | sed "s/^/  diloco $1: /"
+  fi
+}
+diloco 2x1 2 2 "OMPI_COMM_WORLD_RANK"
+diloco 2x2 4 2 "OMPI_COMM_WORLD_RANK / 2"
+diloco 3x1 3 3 "OMPI_COMM_WORLD_RANK"
 
 # the harness must be able to fail: a wrong machine count is reported and fails the run
 checks=$((checks + 1))

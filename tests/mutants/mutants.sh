@@ -32,7 +32,7 @@ build_and_run() { # [TEST] -> exit status of the test (default $TEST); its outpu
 
 run_cli() { # a command-line test (tests/cli/NAME.sh) on this copy's tandem binary, as ctest runs it
   extra= # test_mpi_comm.sh runs the comm unit test under mpirun
-  [ "$1" != test_mpi_comm.sh ] || extra=test_unit_comm
+  [ "$1" != test_mpi_comm.sh ] || extra="test_unit_comm test_unit_diloco"
   cmake --build "$WORK/build" -j "$(nproc)" --target tandem $extra >"$WORK/build.log" 2>&1 ||
     { tail -20 "$WORK/build.log"; echo "mutants: build failed"; exit 1; }
   set +e
@@ -279,6 +279,16 @@ mutant zero-grad-shard-not-zeroed trainer/zero.c \
 # the op trace's sizes (tests/cli/test_op_trace.sh): a range op reporting its end offset, not its length
 mutant op-trace-range-size comm/comm_shard.c 'tn_comm_op_new(c, what, hi - lo)' 'tn_comm_op_new(c, what, hi)' \
   test_op_trace.sh
+# DiLoCo's pseudo-gradients weighted by each machine's samples (balance_ranks; tests/unit/test_unit_diloco.c via
+# test_mpi_comm.sh): not weighted, weighted before the machine's own progress is taken (and twice), one round's
+# samples carried into the next
+mutant diloco-unweighted trainer/diloco.c '    if (f == 1.0) return;' '    if (1) return;' test_mpi_comm.sh
+mutant diloco-weight-before-own-progress trainer/diloco.c \
+  'd->pend_first = d->round_first, d->pend_n = d->round_n, d->round_n = 0;' \
+  'd->pend_first = d->round_first, d->pend_n = d->round_n, d->round_n = 0; weigh(d);' test_mpi_comm.sh
+mutant diloco-round-samples-kept trainer/diloco.c \
+  '    d->round_samples[0] = d->round_samples[1] = 0;
+    if (f == 1.0) return;' '    if (f == 1.0) return;' test_mpi_comm.sh
 # ZeRO-3 on one machine maps one copy (comm_share.c): private copies of it never see the other ranks' updates
 mutant zero3-machine-copy-private comm/comm_share.c \
   'PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0' 'PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0' test_zero_layout.sh
