@@ -263,9 +263,24 @@ static void print_json(const tn_plan_row rows[TN_PLAN_N], int best, tn_plan_stra
     }
 }
 
+/* The plan predicts a step's time; what a step learns decides the time to a loss. Over a slow link the recipe
+ * that reached a target eval loss soonest, measured against one machine's best (docs/performance.md, "Time to a
+ * target eval loss": bench/ttq.sh, two machines over 100 Mbit/s, a small Qwen3). */
+static void print_quality_recipe(int lora) {
+    if (lora)
+        printf("recipe: for time to a loss, LoRA over 100 Mbit/s was soonest with sync_mode: diloco, "
+               "diloco_inner_steps: 2, comm_compression: int4, each machine one machine's per-device batch at 1.4x "
+               "its learning rate over a cosine 0.55x as long (1.82x sooner than one machine's best, median of 16 "
+               "runs, 1.59-1.99x; docs/performance.md, time to quality)\n");
+    else
+        printf("recipe: for time to a loss, full training over 100 Mbit/s was soonest with sync_mode: diloco, "
+               "diloco_inner_steps: 2, comm_compression: int8, each machine keeping one machine's per-device batch "
+               "and learning rate (1.83x sooner than one machine's best; docs/performance.md, time to quality)\n");
+}
+
 /* Why the best one wins, in a few lines. */
 static void print_reasons(const tn_plan_row rows[TN_PLAN_N], int best, tn_plan_strategy mine, const tn_plan_cluster *c,
-                          double compute_s, double rank_mem) {
+                          double compute_s, double rank_mem, int lora) {
     const tn_plan_row *b = &rows[best], *ddp = &rows[TN_PLAN_DDP];
     printf("best: %s (%s): %.3f s a step, %.1f tokens/s\n", tn_plan_name(b->strategy), tn_plan_keys(b->strategy),
            b->step_s, b->tokens_per_s);
@@ -286,6 +301,7 @@ static void print_reasons(const tn_plan_row rows[TN_PLAN_N], int best, tn_plan_s
         b->strategy != TN_PLAN_ZERO3)
         printf("note: compression and DiLoCo change what a step learns, not only its time: the time to a loss is "
                "measured in docs/performance.md (time to quality)\n");
+    if (c->machines > 1 && b->strategy >= TN_PLAN_DILOCO) print_quality_recipe(lora);
 }
 
 int tn_cmd_plan(int argc, char **argv) {
@@ -359,7 +375,7 @@ int tn_cmd_plan(int argc, char **argv) {
                job.compute_s, source, flops / 1e12, seq, job.refault_s_per_byte * 1e9, job.copy_s_per_byte * 1e9);
         print_table(rows, best, mine);
         if (best < 0) printf("none fits in %.2f GB a rank: lower per_device_train_batch_size or cutoff_len, or use LoRA\n", rank_mem / 1e9);
-        else print_reasons(rows, best, mine, &c, job.compute_s, rank_mem);
+        else print_reasons(rows, best, mine, &c, job.compute_s, rank_mem, lora);
     }
     free(a.overrides), free(mpath);
     return best < 0 ? 2 : 0;

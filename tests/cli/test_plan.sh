@@ -1,5 +1,6 @@
 #!/bin/sh
-# `tandem plan`: the table for every strategy, the choice and its reason, the config's own strategy named, the
+# `tandem plan`: the table for every strategy, the choice and its reason (with the time-to-loss recipe when DiLoCo
+# wins over several machines), the config's own strategy named, the
 # measured path (bench train on the config's model), the hostfile path with and without a recorded link, and one
 # error line for each bad argument.
 set -u
@@ -17,6 +18,15 @@ rc=$?
 check '[ $rc -eq 0 ] && [ "$(grep -cE "^(ddp|ddp\+bf16|ddp\+int8|zero1|zero2|zero3|diloco|diloco\+int8) " "$T/out")" -eq 8 ]'
 check 'grep -q "^best: diloco" "$T/out" && grep -q "^why: the link is the bottleneck" "$T/out"'
 check 'grep -q "^ddp .*(this config)" "$T/out" && grep -q "^this config runs ddp: .* predicted .*x faster" "$T/out"'
+# DiLoCo wins the step: the plan adds the recipe that reached a target loss soonest (issue 27), full or LoRA;
+# compute-bound (DDP best) or one machine: no recipe line
+check 'grep -q "^recipe: for time to a loss, full training over 100 Mbit/s was soonest with sync_mode: diloco, diloco_inner_steps: 2, comm_compression: int8" "$T/out"'
+"$BIN" plan "$TINY" finetuning_type=lora --machines 2 --link 100mbit --step-time 0.02 >"$T/lora" 2>&1
+check 'grep -q "^best: diloco" "$T/lora" && grep -q "^recipe: for time to a loss, LoRA over 100 Mbit/s was soonest with sync_mode: diloco, diloco_inner_steps: 2, comm_compression: int4" "$T/lora"'
+"$BIN" plan "$TINY" finetuning_type=lora --machines 2 --link 100mbit --step-time 0.612 >"$T/lora-slow" 2>&1
+check 'grep -q "^best: ddp" "$T/lora-slow" && ! grep -q "^recipe:" "$T/lora-slow"'
+"$BIN" plan "$TINY" --machines 1 --step-time 0.612 >"$T/one" 2>&1
+check '! grep -q "^recipe:" "$T/one"'
 # the config's keys select its row: zero_stage=2 and sync_mode=diloco
 "$BIN" plan "$TINY" zero_stage=2 --machines 2 --link 100mbit --step-time 0.612 >"$T/z2" 2>&1
 check 'grep -q "^zero2 .*(this config)" "$T/z2"'
