@@ -270,7 +270,7 @@ static void print_quality_recipe(int lora) {
     if (lora)
         printf("recipe: for time to a loss, LoRA over 100 Mbit/s was soonest with sync_mode: diloco, "
                "diloco_inner_steps: 2, comm_compression: int4, each machine one machine's per-device batch at 1.4x "
-               "its learning rate over a cosine 0.55x as long (1.82x sooner than one machine's best, median of 16 "
+               "its learning rate over a cosine 0.55x as long (1.84x sooner than one machine's best, median of 21 "
                "runs, 1.59-1.99x; docs/performance.md, time to quality)\n");
     else
         printf("recipe: for time to a loss, full training over 100 Mbit/s was soonest with sync_mode: diloco, "
