@@ -18,20 +18,21 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # harmless when
 
 # run NAME NP NODES NODE-EXPR [mpirun args...]: NODE-EXPR is shell arithmetic on r (the rank) giving
 # the faked machine of each rank, or "-" for none; NODES is how many machines the comm layer must find.
+# UNIT names the unit test to run (default test_unit_comm); each prints "UNIT: size P, M machine(s), backend ...".
 run() {
-  name=$1 np=$2 nodes=$3 expr=$4
+  name=$1 np=$2 nodes=$3 expr=$4 unit=${UNIT:-test_unit_comm}
   shift 4
   checks=$((checks + 1))
   if [ "$expr" = - ]; then setname=""; else setname="export TANDEM_NODE_NAME=fake\$(( $expr ));"; fi
   timeout 300 mpirun -n "$np" --oversubscribe --bind-to none -x TANDEM_TEST_EXPECT_SIZE="$np" \
     -x TANDEM_TEST_EXPECT_NODES="$nodes" "$@" \
-    sh -c "r=\$OMPI_COMM_WORLD_RANK; $setname exec \"\$0\"" "$TEST" >"$T/out" 2>&1
+    sh -c "r=\$OMPI_COMM_WORLD_RANK; $setname exec \"\$0\"" "$(dirname "$BIN")/tests/$unit" >"$T/out" 2>&1
   rc=$?
-  if [ "$rc" -ne 0 ] || ! grep -q "size $np, $nodes machine(s), backend mpi: [0-9]* checks, 0 failed" "$T/out"; then
+  if [ "$rc" -ne 0 ] || ! grep -q "$unit: size $np, $nodes machine(s), backend mpi: [0-9]* checks, 0 failed" "$T/out"; then
     fail "$name (rc=$rc):"
     tail -n 20 "$T/out"
   else
-    grep "test_unit_comm:" "$T/out" | sed "s/^/  $name: /"
+    grep "$unit:" "$T/out" | sed "s/^/  $name: /"
   fi
 }
 
@@ -48,22 +49,9 @@ run hier-2x2-small-pieces 4 2 "r / 2" -x TANDEM_COMM_PIECE_KB=4 -x TANDEM_COMM_W
 
 # DiLoCo's outer step over faked machines: the pseudo-gradients' mean weighted by each machine's samples
 # (tests/unit/test_unit_diloco.c: the expected consensus written down from the machines' formulas)
-DILOCO=$(dirname "$BIN")/tests/test_unit_diloco
-diloco() { # name np nodes node-expr
-  checks=$((checks + 1))
-  timeout 300 mpirun -n "$2" --oversubscribe --bind-to none \
-    sh -c "export TANDEM_NODE_NAME=fake\$(( $4 )); exec \"\$0\"" "$DILOCO" >"$T/out" 2>&1
-  rc=$?
-  if [ "$rc" -ne 0 ] || ! grep -q "test_unit_diloco: size $2, $3 machine(s): [0-9]* checks, 0 failed" "$T/out"; then
-    fail "diloco $1 (rc=$rc):"
-    tail -n 20 "$T/out"
-  else
-    grep "test_unit_diloco:" "$T/out" | sed "s/^/  diloco $1: /"
-  fi
-}
-diloco 2x1 2 2 "OMPI_COMM_WORLD_RANK"
-diloco 2x2 4 2 "OMPI_COMM_WORLD_RANK / 2"
-diloco 3x1 3 3 "OMPI_COMM_WORLD_RANK"
+UNIT=test_unit_diloco run diloco-2x1 2 2 r
+UNIT=test_unit_diloco run diloco-2x2 4 2 "r / 2"
+UNIT=test_unit_diloco run diloco-3x1 3 3 r
 
 # the harness must be able to fail: a wrong machine count is reported and fails the run
 checks=$((checks + 1))

@@ -105,6 +105,9 @@ int main(int argc, char **argv) {
     }
     const tn_comm_info *in = tn_comm_get_info(c);
     M = in->n_nodes, NODE = in->node;
+    const char *es = getenv("TANDEM_TEST_EXPECT_SIZE"), *en = getenv("TANDEM_TEST_EXPECT_NODES");
+    if (es) CHECKF(in->size == atoi(es), "size %d, expected %s", in->size, es);
+    if (en) CHECKF(M == atoi(en), "n_nodes %d, expected %s", M, en);
     tn_model m; /* the parameters DiLoCo moves: a host slab on the CPU backend, nothing else */
     memset(&m, 0, sizeof m);
     m.be = tn_backend_cpu(), m.n_trainable = m.n_total = N;
@@ -117,8 +120,8 @@ int main(int argc, char **argv) {
     if (tn_comm_allreduce_max_i64(c, f, 2) != 0) f[0] = 1;
     if (tl_failures) fprintf(stderr, "test_unit_diloco: rank %d: %d of %d checks failed\n", in->rank, tl_failures, tl_checks);
     if (in->rank == 0)
-        printf("test_unit_diloco: size %d, %d machine(s): %d checks, %lld failed (worst rank)\n", in->size, M, tl_checks,
-               (long long)f[0]);
+        printf("test_unit_diloco: size %d, %d machine(s), backend %s: %d checks, %lld failed (worst rank)\n", in->size, M,
+               tn_comm_backend_name(c), tl_checks, (long long)f[0]);
     tn_comm_finalize(c);
     return f[0] ? 1 : 0;
 }
